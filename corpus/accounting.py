@@ -104,9 +104,7 @@ def check_chain(stages: list[StageCounts], where: str) -> None:
     """Each stage accounts for all it received, and receives exactly what the previous stage kept."""
     for counts in stages:
         if counts.unaccounted:
-            raise AccountingError(
-                f"{where}: stage {counts.stage} left {counts.unaccounted} records unaccounted"
-            )
+            raise AccountingError(f"{where}: stage {counts.stage} left {counts.unaccounted} records unaccounted")
     for before, after in zip(stages, stages[1:], strict=False):
         if before.kept != after.received:
             raise AccountingError(

