@@ -11,7 +11,7 @@ RECORD_FIELDS = [
     pa.field("id", pa.string(), nullable=False, metadata={"doc": "WARC-Record-ID without the <>"}),
     pa.field("url", pa.string(), metadata={"doc": "WARC-Target-URI, <...> wrappers removed"}),
     pa.field("domain", pa.string(), metadata={"doc": "lower-case host of url, no port, no leading www."}),
-    pa.field("date", pa.timestamp("s", tz="UTC"), metadata={"doc": "WARC-Date; null when unparseable"}),
+    pa.field("date", pa.timestamp("ms", tz="UTC"), metadata={"doc": "WARC-Date; null when unparseable"}),
     pa.field("source", pa.string(), nullable=False, metadata={"doc": "input file path or URL"}),
     pa.field("offset", pa.int64(), nullable=False, metadata={"doc": "byte offset of the record in source"}),
     pa.field("digest", pa.string(), metadata={"doc": "WARC-Payload-Digest, or sha1:BASE32 computed here"}),

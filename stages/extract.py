@@ -179,14 +179,18 @@ class ExtractionWatchdog:
             self._conn.close()
         self._process = self._conn = None
 
+    def _discard(self) -> None:
+        """Drop a child that hung, crashed or ran out of memory; the next page starts a fresh one."""
+        self.close()
+        self.restarts += 1
+
     def extract(self, pages: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
         """(status, text or message) for each (html, url): status 'ok' or an error class."""
         results: list[tuple[str, str | None]] = []
         while len(results) < len(pages):
-            if self._process is None or self._process.poll() is not None:
-                if self._process is not None:
-                    self.close()
-                    self.restarts += 1
+            if self._process is not None and self._process.poll() is not None:
+                self._discard()  # died between batches
+            if self._process is None:
                 self._start()
             start = len(results)
             for chunk_start in range(start, len(pages), _SEND_CHUNK):
@@ -199,19 +203,19 @@ class ExtractionWatchdog:
         """Collect one chunk's replies; False when the child had to be killed (the rest is re-sent)."""
         for _ in range(expected):
             if not self._conn.poll(self.options.timeout_s):
-                self.close()
+                self._discard()
                 results.append(("extract_timeout", f"no result within {self.options.timeout_s:g}s; killed"))
                 return False
             try:
                 status, value = self._conn.recv()
             except (EOFError, OSError):
                 code = self._process.poll() if self._process else None
-                self.close()
+                self._discard()
                 results.append(("extract_crashed", f"extractor process died (exit code {code})"))
                 return False
             results.append((status, value))
             if status == "extract_crashed":
-                self.close()
+                self._discard()
                 return False
         return True
 

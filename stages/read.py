@@ -145,8 +145,29 @@ def _next_record_start(stream: BinaryIO, start: int) -> int | None:
         pos += _RESYNC_CHUNK
 
 
+def _gzip_member_end(stream: BinaryIO, offset: int) -> int | None:
+    """Where the gzip member starting at `offset` ends; None when it is not a whole, valid member."""
+    stream.seek(offset)
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    consumed = 0
+    try:
+        while not inflater.eof:
+            chunk = stream.read(_RESYNC_CHUNK)
+            if not chunk:
+                return None
+            inflater.decompress(chunk)
+            consumed += len(chunk)
+    except zlib.error:
+        return None
+    return offset + consumed - len(inflater.unused_data)
+
+
 def _records(stream: BinaryIO, source: str, counts: StageCounts, state: _ResyncState):
-    """All readable records of a stream; each unreadable stretch becomes one `warc_corrupt` error."""
+    """All readable records of a stream; each unreadable stretch becomes one `warc_corrupt` error.
+
+    FastWARC reads ahead, so a fault can surface after the last good record was delivered: the damage then
+    starts where that record's gzip member ends, or at the next record start if that one cannot be read.
+    """
     start = 0
     while True:
         stream.seek(start)
@@ -157,12 +178,18 @@ def _records(stream: BinaryIO, source: str, counts: StageCounts, state: _ResyncS
                 yield record
             return
         except OSError as exc:
-            fault_at = start if last_offset is None else last_offset
-            resume = _next_record_start(stream, fault_at + 1)
-            if state.failed_offset != fault_at:  # not already counted by the consumer
+            if last_offset is None:
+                fault_at = start
+            elif last_offset == state.failed_offset:
+                fault_at = None  # the consumer already counted this record
+            else:
+                member_end = _gzip_member_end(stream, last_offset)
+                fault_at = member_end if member_end is not None else last_offset
+            resume = _next_record_start(stream, (last_offset if last_offset is not None else start) + 1)
+            if fault_at is not None and (resume is None or fault_at < resume):
                 counts.received += 1
                 end = "end of file" if resume is None else f"offset {resume}"
-                counts.fail("warc_corrupt", source, fault_at, f"{exc}; skipped to {end}")
+                counts.fail("warc_corrupt", source, fault_at, f"{exc}; unreadable until {end}")
             if resume is None:
                 return
             start = resume

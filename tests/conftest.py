@@ -1,0 +1,59 @@
+"""Shared fixtures: the real data in ../shared/data, and one clean pipeline run over all of its WARCs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# HTML response records per file, as counted independently in ../shared/data/SOURCES.md.
+SHARED_WARC_HTML_RECORDS = {
+    "warc-resiliparse/warcfile.warc.gz": 16,
+    "warc-resiliparse/clueweb-quirk.warc.gz": 29,
+    "warc-dolma/sample-0000.warc.gz": 22,
+    "warc-dolma/sample-0001.warc.gz": 15,
+    "warc-cc-whirlwind/whirlwind.warc.gz": 1,
+    "warc-aut/example.warc.gz": 140,
+    "warc-ipwb/sample-1.warc.gz": 64,
+    "warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz": 36,
+    "warc-ukwa-govuk/BL-20140325122341434-00000-32090~opera~8443.warc.gz": 7,
+}
+
+
+def shared(relative: str) -> Path:
+    """A file under ../shared/data; skips the test where it is absent (fails instead in CI)."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        reason = f"shared data not found: {path} (the tests expect ../shared/data beside the repository)"
+        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(reason + "; CORPUS_REQUIRE_SHARED_DATA=1 makes this a failure")
+        pytest.skip(reason)
+    return path
+
+
+def write_job(folder: Path, inputs: list[str], output: Path, extra: str = "", name: str = "test") -> Path:
+    job = folder / f"{name}.toml"
+    listed = ", ".join(f'"{i}"' for i in inputs)
+    job.write_text(f'name = "{name}"\ninputs = [{listed}]\noutput = "{output}"\n{extra}\n')
+    return job
+
+
+@pytest.fixture(scope="session")
+def shared_warcs() -> list[Path]:
+    return [shared(relative) for relative in SHARED_WARC_HTML_RECORDS]
+
+
+@pytest.fixture(scope="session")
+def clean_run(shared_warcs, tmp_path_factory):
+    """One uninterrupted run (no Ray) over every shared WARC: (job, stats, output folder)."""
+    from corpus.executor import run_job
+    from corpus.job import load_job
+
+    folder = tmp_path_factory.mktemp("clean")
+    job = load_job(write_job(folder, [str(p) for p in shared_warcs], folder / "out"))
+    stats = run_job(job, use_ray=False)
+    return job, stats, folder / "out"

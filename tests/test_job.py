@@ -1,0 +1,98 @@
+"""Job files are validated whole on load; every mistake names the file and the key."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from corpus.cli import main
+from corpus.job import Job, JobError, load_job
+from corpus.sample import SAMPLE_PATH
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def job_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "job.toml"
+    path.write_text(f'name = "t"\ninputs = ["{SAMPLE_PATH}"]\noutput = "out"\n{body}')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("max_input = 3\n", "unknown key 'max_input' (did you mean 'max_inputs'?)"),
+        ("[read]\nbatchsize = 10\n", "unknown key 'read.batchsize' (did you mean 'batch_size'?)"),
+        ("[extract]\ntimeout_s = 'soon'\n", "key 'extract.timeout_s': Input should be a valid number"),
+        (
+            "[extract]\nextractor = 'readability'\n",
+            "key 'extract.extractor': Input should be 'trafilatura' or 'resiliparse'",
+        ),
+        ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
+        ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
+        ("[warc]\nx = 1\n", "unknown key 'warc'"),
+    ],
+)
+def test_mistakes_name_the_file_and_the_key(tmp_path, body, message):
+    path = job_file(tmp_path, body)
+    with pytest.raises(JobError) as caught:
+        load_job(path)
+    assert str(path) in str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_missing_inputs_and_required_keys(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text('name = "t"\ninputs = ["nowhere/*.warc.gz"]\noutput = "out"\n')
+    with pytest.raises(JobError, match="the glob .*nowhere/\\*.warc.gz' matches no file"):
+        load_job(path)
+    path.write_text('name = "t"\ninputs = ["missing.warc.gz"]\noutput = "out"\n')
+    with pytest.raises(JobError, match="key 'inputs': no such file .*missing.warc.gz"):
+        load_job(path)
+    path.write_text(f'name = "t"\ninputs = ["{SAMPLE_PATH}"]\n')
+    with pytest.raises(JobError, match="missing required key 'output'"):
+        load_job(path)
+    path.write_text("name = [")
+    with pytest.raises(JobError, match="not valid TOML"):
+        load_job(path)
+
+
+def test_relative_paths_resolve_against_the_job_file(tmp_path, monkeypatch):
+    (tmp_path / "jobs").mkdir()
+    path = tmp_path / "jobs" / "j.toml"
+    path.write_text(f'name = "t"\ninputs = ["{SAMPLE_PATH.parent}/*.warc.gz"]\noutput = "../runs/x"\n')
+    monkeypatch.chdir("/")
+    job = load_job(path)
+    assert job.output == str(tmp_path / "runs" / "x")
+    assert job.resolved_inputs == (str(SAMPLE_PATH),)
+    monkeypatch.chdir(tmp_path)
+    assert load_job(path, output="elsewhere").output == str(tmp_path / "elsewhere")
+
+
+def test_inputs_list_with_prefix_and_limit(tmp_path):
+    listing = tmp_path / "paths.txt"
+    listing.write_text("a.warc.gz\nb.warc.gz\nc.warc.gz\n")
+    path = tmp_path / "job.toml"
+    path.write_text(
+        'name = "t"\ninputs_list = "paths.txt"\ninputs_prefix = "https://data.example.org/"\n'
+        'max_inputs = 2\noutput = "out"\n'
+    )
+    assert load_job(path).resolved_inputs == (
+        "https://data.example.org/a.warc.gz",
+        "https://data.example.org/b.warc.gz",
+    )
+
+
+def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
+    path = job_file(tmp_path, "[read]\nbatchsize = 10\n")
+    assert main(["run", str(path), "--no-ray"]) == 2
+    assert "unknown key 'read.batchsize'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_shipped_job_files_are_valid():
+    for path in sorted((REPO / "jobs").glob("*.toml")):
+        Job.model_validate(tomllib.loads(path.read_text()))  # cc_main's inputs need the network: schema only
+    assert load_job(REPO / "jobs" / "sample.toml").resolved_inputs == (str(SAMPLE_PATH),)

@@ -1,0 +1,108 @@
+"""Whole runs without Ray: accounting on every shared WARC, outputs, resume, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, SHARED_WARC_HTML_RECORDS, write_job
+
+from corpus.cli import main
+from corpus.executor import StaleOutput, run_job
+from corpus.job import load_job
+from corpus.outputs import OutputFolder, OutputLocked
+from corpus.pipeline import shard_id
+from corpus.sample import SAMPLE_PATH, build_sample
+from corpus.schema import DOCUMENTS
+
+
+def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
+    job, stats, out = clean_run
+    per_source = {shard["source"]: shard["stages"] for shard in stats["per_shard"].values()}
+    assert len(per_source) == len(SHARED_WARC_HTML_RECORDS)
+    for relative, html_records in SHARED_WARC_HTML_RECORDS.items():
+        (stages,) = [s for source, s in per_source.items() if source.endswith(relative)]
+        assert stages["read"]["kept"] == html_records == stages["extract"]["received"]
+        for counts in stages.values():
+            accounted = counts["kept"] + sum(counts["dropped"].values()) + sum(counts["errors"].values())
+            assert accounted == counts["received"]
+    totals = stats["totals"]
+    assert totals["unaccounted"] == 0
+    assert totals["records"] == 1599  # every record warcio finds in the nine files
+    assert totals["kept"] + sum(totals["dropped"].values()) + sum(totals["errors"].values()) == 1599
+    assert stats["stages"]["read"]["kept"] == sum(SHARED_WARC_HTML_RECORDS.values()) == 330
+
+
+def test_outputs_agree_with_the_counts(clean_run):
+    job, stats, out = clean_run
+    table = pq.read_table(out / "documents")
+    assert table.schema.equals(DOCUMENTS, check_metadata=True)
+    assert table.num_rows == stats["totals"]["kept"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sum(shard["rows"] for shard in manifest["shards"]) == table.num_rows
+    assert json.loads((out / "stats.json").read_text())["totals"] == stats["totals"]
+    assert (out / "job.toml").read_bytes() == open(job.source_file, "rb").read()
+    assert not list(out.rglob("*.tmp-*"))
+    urls = table.column("url").to_pylist()
+    row = table.slice(urls.index("https://an.wikipedia.org/wiki/Escopete"), 1).to_pylist()[0]
+    assert row["lang"] == "an" and "Escopete ye un municipio" in row["text"]
+
+
+def test_rerun_skips_complete_shards_and_gives_the_same_totals(clean_run):
+    job, stats, out = clean_run
+    again = run_job(job, use_ray=False)
+    assert again["shards"]["skipped_complete"] == len(SHARED_WARC_HTML_RECORDS)
+    assert again["totals"] == stats["totals"]
+    assert again["throughput"]["records_this_run"] == 0
+
+
+def test_changed_options_refuse_a_stale_output(clean_run, tmp_path):
+    job, _, out = clean_run
+    changed = job.model_copy(update={"extract": job.extract.model_copy(update={"extractor": "resiliparse"})})
+    with pytest.raises(StaleOutput, match="made with other read/extract options"):
+        run_job(changed, use_ray=False)
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
+    job = load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out"))
+    holder = OutputFolder(job.output)
+    holder.lock()
+    try:
+        with pytest.raises(OutputLocked, match="is in use by pid"):
+            run_job(job, use_ray=False)
+    finally:
+        holder.unlock()
+
+
+def test_an_unreadable_input_fails_its_shard_and_a_rerun_retries_it(tmp_path, capsys):
+    source = tmp_path / "copy.warc.gz"
+    shutil.copy(SAMPLE_PATH, source)
+    job_path = write_job(tmp_path, [str(source)], tmp_path / "out")
+    job = load_job(job_path)
+    source.rename(tmp_path / "moved")
+    stats = run_job(job, use_ray=False)
+    assert list(stats["failed_shards"]) == [str(source)]
+    assert "FileNotFoundError" in stats["failed_shards"][str(source)]
+    assert not (tmp_path / "out" / "shards" / f"{shard_id(str(source))}.json").exists()
+    (tmp_path / "moved").rename(source)
+    assert main(["run", str(job_path), "--no-ray"]) == 0
+    assert "documents kept" in capsys.readouterr().out
+
+
+def test_the_embedded_sample_is_rebuilt_byte_for_byte():
+    data, pages = build_sample()
+    assert data == SAMPLE_PATH.read_bytes()
+    assert pages == 282
+
+
+def test_sample_job_from_the_cli(tmp_path, capsys):
+    assert main(["run", str(REPO / "jobs" / "sample.toml"), "--output", str(tmp_path / "sample"), "--no-ray"]) == 0
+    printed = capsys.readouterr().out
+    assert "WARC records read" in printed and "880" in printed
+    stats = json.loads((tmp_path / "sample" / "stats.json").read_text())
+    assert stats["stages"]["read"]["kept"] == 282
+    assert stats["totals"]["unaccounted"] == 0
+    langs = pq.read_table(tmp_path / "sample" / "documents", columns=["lang"]).column("lang").to_pylist()
+    assert {"en", "fr", "de", "es", "it", "nl", "ru", "ja", "zh"} <= set(langs)
