@@ -320,7 +320,7 @@ def build_sample() -> tuple[bytes, int]:
             )
 
     # gzip-encoded bodies, as a server sent them.
-    for n, (url, title, sentences) in enumerate(articles[:5]):
+    for n, (_, title, sentences) in enumerate(articles[:5]):
         body = gzip.compress(_page(title, _paragraphs(sentences), "en").encode(), mtime=0)
         warc.exchange(
             f"https://gzip.example.org/{n}",

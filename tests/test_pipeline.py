@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -43,7 +44,7 @@ def test_outputs_agree_with_the_counts(clean_run):
     manifest = json.loads((out / "manifest.json").read_text())
     assert sum(shard["rows"] for shard in manifest["shards"]) == table.num_rows
     assert json.loads((out / "stats.json").read_text())["totals"] == stats["totals"]
-    assert (out / "job.toml").read_bytes() == open(job.source_file, "rb").read()
+    assert (out / "job.toml").read_bytes() == Path(job.source_file).read_bytes()
     assert not list(out.rglob("*.tmp-*"))
     urls = table.column("url").to_pylist()
     row = table.slice(urls.index("https://an.wikipedia.org/wiki/Escopete"), 1).to_pylist()[0]
