@@ -44,7 +44,10 @@ def _ray_progress_actor():
 
 
 def _run_shard_task(job: Job, shard: Shard, counter) -> dict:
-    return process_shard(job, shard, on_progress=lambda r, d: counter.add.remote(r, d))
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    return process_shard(job, shard, on_progress=lambda r, d: counter.add.remote(r, d), worker=f"ray-node:{node}")
 
 
 def _format_failure(exc: BaseException) -> str:
@@ -104,6 +107,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
     folder.lock()
     try:
         started = time.perf_counter()
+        folder.remove_temporaries()
         shards = plan_shards(job)
         planned = {shard.id for shard in shards}
         wanted = fingerprint(job)

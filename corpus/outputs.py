@@ -87,6 +87,13 @@ class OutputFolder:
                     reports.append(json.load(fh))
         return reports
 
+    def remove_temporaries(self) -> int:
+        """Delete partial files left by a killed run (call with the lock held); returns how many."""
+        leftovers = self.fs.glob(self.path("**", "*.tmp-*"))
+        for leftover in leftovers:
+            self.fs.rm(leftover)
+        return len(leftovers)
+
     def parquet_writer(self, relative: str, schema: pa.Schema) -> ParquetShardWriter:
         return ParquetShardWriter(self, relative, schema)
 

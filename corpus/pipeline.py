@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,8 +61,13 @@ def fingerprint(job: Job) -> str:
     return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def process_shard(job: Job, shard: Shard, on_progress: Callable[[int, int], None] | None = None) -> dict:
-    """Run one shard end to end and return its report (also written to `shards/<id>.json`)."""
+def process_shard(
+    job: Job, shard: Shard, on_progress: Callable[[int, int], None] | None = None, worker: str | None = None
+) -> dict:
+    """Run one shard end to end and return its report (also written to `shards/<id>.json`).
+
+    `worker` names where it ran (a Ray node id, or host:pid), for the report only.
+    """
     started = time.perf_counter()
     folder = OutputFolder(job.output)
     totals = {stage: StageCounts(stage) for stage in STAGES}
@@ -87,6 +94,7 @@ def process_shard(job: Job, shard: Shard, on_progress: Callable[[int, int], None
         "source": shard.source,
         "fingerprint": fingerprint(job),
         "corpus_version": __version__,
+        "worker": worker or f"{socket.gethostname()}:{os.getpid()}",
         "documents": written,
         "seconds": round(time.perf_counter() - started, 4),
         "stages": {stage: counts.to_dict() for stage, counts in totals.items()},

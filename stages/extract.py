@@ -110,7 +110,10 @@ def serve_extractor(fd: int) -> None:
     extract = _main_text_function(extractor, options)
     conn.send("ready")
     while True:
-        pages = conn.recv()
+        try:
+            pages = conn.recv()
+        except EOFError:
+            return  # the parent is gone (its worker was killed): nothing left to do
         if pages is None:
             return
         for html, url in pages:

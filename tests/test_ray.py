@@ -1,0 +1,72 @@
+"""The job on Ray: killed and resumed, and spread over a two-node cluster, always with the clean run's output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_job
+
+from corpus.executor import run_job
+from corpus.job import load_job
+
+pytestmark = pytest.mark.slow
+
+
+def shard_files(out: Path) -> dict[str, str]:
+    """source -> sha256 of its documents file, from the manifest."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {shard["source"]: shard["sha256"] for shard in manifest["shards"]}
+
+
+def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path):
+    job, clean_stats, clean_out = clean_run
+    job_path = write_job(tmp_path, list(job.resolved_inputs), tmp_path / "out")
+    command = [sys.executable, "-m", "corpus.cli", "run", str(job_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray, killed with it
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reports = tmp_path / "out" / "shards"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list(reports.glob("*.json"))) < 2:
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    done_at_kill = len(list(reports.glob("*.json")))
+    assert 2 <= done_at_kill < len(job.resolved_inputs), "the kill must land half-way"
+
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["shards"]["skipped_complete"] >= done_at_kill
+    assert stats["totals"] == clean_stats["totals"]
+    assert shard_files(tmp_path / "out") == shard_files(clean_out)  # byte-identical documents
+    assert not list((tmp_path / "out").rglob("*.tmp-*"))  # the killed run's partial files are cleared
+
+
+def test_two_node_cluster_gives_the_same_documents(clean_run, tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    job, _, clean_out = clean_run
+    small = [s for s in job.resolved_inputs if "aut" not in s and "ipwb" not in s]  # keep it quick
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address)
+        two_nodes = load_job(write_job(tmp_path, small, tmp_path / "out"))
+        stats = run_job(two_nodes, use_ray=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert stats["shards"]["complete"] == len(small) and not stats["failed_shards"]
+    assert stats["totals"]["unaccounted"] == 0
+    workers = {json.loads(p.read_text())["worker"] for p in (tmp_path / "out" / "shards").glob("*.json")}
+    assert len(workers) == 2, f"both nodes should have run shards, got {workers}"
+    clean = shard_files(clean_out)
+    assert shard_files(tmp_path / "out") == {source: clean[source] for source in small}
