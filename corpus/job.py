@@ -28,6 +28,7 @@ class _Section(BaseModel):
 
 class ReadOptions(_Section):
     batch_size: int = Field(1000, ge=1, description="records per batch handed to the next stage")
+    batch_bytes: int = Field(256_000_000, ge=1, description="a batch is also cut when its payloads reach this size")
     max_record_bytes: int = Field(
         10_000_000, ge=1, description="records with a larger payload are dropped as record_too_large"
     )
@@ -56,12 +57,12 @@ class RayOptions(_Section):
 
 
 class Job(_Section):
-    name: str
+    name: str = Field(description="the job's name, in stats and manifests")
     inputs: list[str] = Field(default_factory=list, description="paths, globs or fsspec URLs of WARC/WET files")
     inputs_list: str = Field("", description="a text file (optionally .gz) with one input path or URL per line")
     inputs_prefix: str = Field("", description="prepended to every line of inputs_list")
     max_inputs: int = Field(0, ge=0, description="take only the first N inputs (0 = all)")
-    output: str
+    output: str = Field(description="output folder or URL")
     read: ReadOptions = ReadOptions()
     extract: ExtractOptions = ExtractOptions()
     ray: RayOptions = RayOptions()

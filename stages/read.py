@@ -206,12 +206,14 @@ def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterato
     state = _ResyncState()
     head = stream.read(16)
     seen_any = False
+    batch_bytes = 0
 
     def flush() -> StageResult:
-        nonlocal counts, rows
+        nonlocal counts, rows, batch_bytes
         result = StageResult(pa.Table.from_pydict(rows, schema=RECORDS), counts)
         counts = StageCounts(STAGE)
         rows = {name: [] for name in RECORDS.names}
+        batch_bytes = 0
         return result
 
     for record in _records(stream, source, counts, state):
@@ -279,7 +281,8 @@ def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterato
         rows["http_charset"].append(record.http_charset if headers else "utf-8")
         rows["payload"].append(payload)
         counts.kept += 1
-        if counts.kept >= options.batch_size:
+        batch_bytes += len(payload)
+        if counts.kept >= options.batch_size or batch_bytes >= options.batch_bytes:
             yield flush()
 
     if head and not seen_any and not counts.errors:

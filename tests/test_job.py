@@ -96,3 +96,15 @@ def test_shipped_job_files_are_valid():
     for path in sorted((REPO / "jobs").glob("*.toml")):
         Job.model_validate(tomllib.loads(path.read_text()))  # cc_main's inputs need the network: schema only
     assert load_job(REPO / "jobs" / "sample.toml").resolved_inputs == (str(SAMPLE_PATH),)
+
+
+def test_readme_documents_every_job_key():
+    from corpus.job import ExtractOptions, RayOptions, ReadOptions
+
+    readme = (REPO / "README.md").read_text()
+    internal = {"source_file", "source_sha256", "resolved_inputs", "read", "extract", "ray"}
+    for key in set(Job.model_fields) - internal:
+        assert f"| `{key}` |" in readme, key
+    for section, model in (("read", ReadOptions), ("extract", ExtractOptions), ("ray", RayOptions)):
+        for key in model.model_fields:
+            assert f"| `[{section}] {key}` |" in readme, f"[{section}] {key}"

@@ -165,3 +165,14 @@ def test_helpers():
     assert domain_of("https://WWW.Example.org:8080/a?b") == "example.org"
     assert domain_of("dns:example.org") is None
     assert sha1_digest(b"") == "sha1:3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+
+
+def test_batches_are_cut_by_count_and_by_bytes():
+    path = shared("warc-aut/example.warc.gz")
+    with open(path, "rb") as fh:
+        by_count = [r.table.num_rows for r in read_records(fh, str(path), ReadOptions(batch_size=50))]
+    assert by_count == [50, 50, 40]
+    with open(path, "rb") as fh:
+        by_bytes = [r.table for r in read_records(fh, str(path), ReadOptions(batch_bytes=1_000_000))]
+    assert sum(t.num_rows for t in by_bytes) == 140 and len(by_bytes) > 3
+    assert all(sum(len(p) for p in t["payload"].to_pylist()[:-1]) < 1_000_000 for t in by_bytes)
