@@ -104,6 +104,8 @@ def bench_whole_job(path: Path, folder: Path, extractor: str) -> tuple[float, fl
         started = time.perf_counter()
         stats = run_job(load_job(job_path), use_ray=True, progress_stream=open(os.devnull, "w"))  # noqa: SIM115
         wall = time.perf_counter() - started
+        if stats["failed_shards"]:
+            raise SystemExit(f"the job failed: {stats['failed_shards']}")
         (report,) = [json.loads(p.read_text()) for p in (folder / "out" / "shards").glob("*.json")]
         return wall, report["seconds"], stats
     finally:
