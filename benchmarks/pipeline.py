@@ -27,10 +27,10 @@ CC_WARCS_PER_SNAPSHOT = 90_000
 CC_PAGES_PER_WARC = 45_000
 
 
-def build_input(folder: Path, copies: int) -> Path:
-    warcs = sorted(SHARED.glob("warc-*/*.warc.gz"))
+def build_input(folder: Path, copies: int, shared: Path) -> Path:
+    warcs = sorted(shared.glob("warc-*/*.warc.gz"))
     if not warcs:
-        raise SystemExit(f"no WARCs under {SHARED}: this benchmark needs ../shared/data")
+        raise SystemExit(f"no WARCs under {shared}: this benchmark needs ../shared/data (or --shared DIR)")
     data = b"".join(path.read_bytes() for path in warcs)  # per-record gzip members concatenate cleanly
     target = folder / "replicated.warc.gz"
     target.write_bytes(data * copies)
@@ -115,13 +115,14 @@ def bench_whole_job(path: Path, folder: Path, extractor: str) -> tuple[float, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=16, help="replications of the shared WARCs (16 -> 5,280 pages)")
+    parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--extractor", default="trafilatura", choices=["trafilatura", "resiliparse"])
     args = parser.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, inherited by Ray and the extractor
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        path = build_input(folder, args.copies)
+        path = build_input(folder, args.copies, args.shared)
         size = path.stat().st_size
         records, html_pages, read_s, warcio_s = bench_read(path)
         pages = decoded_pages(path)
