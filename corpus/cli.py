@@ -20,12 +20,12 @@ def summary_table(stats: dict) -> Table:
     table.add_column("count", justify="right")
     table.add_row("WARC records read", f"{totals['records']:,}")
     for name, counts in stats["stages"].items():
-        table.add_row(f"  {name}: received → kept", f"{counts['received']:,} → {counts['kept']:,}")
+        table.add_row(f"[bold]{name}[/]: received → kept", f"{counts['received']:,} → {counts['kept']:,}")
+        for reason, n in sorted(counts["dropped"].items(), key=lambda item: -item[1]):
+            table.add_row(f"   dropped: {reason}", f"{n:,}")
+        for error_class, n in counts["errors"].items():
+            table.add_row(f"   [red]error: {error_class}", f"[red]{n:,}")
     table.add_row("[bold]documents kept", f"[bold]{totals['kept']:,}")
-    for reason, n in totals["dropped"].items():
-        table.add_row(f"dropped: {reason}", f"{n:,}")
-    for error_class, n in totals["errors"].items():
-        table.add_row(f"[red]error: {error_class}", f"[red]{n:,}")
     shards = stats["shards"]
     table.add_row(
         "shards complete / planned",
@@ -43,7 +43,7 @@ def summary_table(stats: dict) -> Table:
 def _run(args: argparse.Namespace) -> int:
     from corpus.executor import run_job
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 110)
     try:
         job = load_job(args.job, output=args.output)
         stats = run_job(job, use_ray=not args.no_ray)
@@ -67,6 +67,92 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rules_list(args: argparse.Namespace) -> int:
+    from corpus.rules import discover
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    for name, rule in discover().items():
+        console.print(f"[bold]{rule.versioned_name()}[/]  {rule.summary()}")
+        for signal in rule.signals:
+            bounds = rule.defaults.get(signal.name, {})
+            default = " ".join(f"{bound} {value}" for bound, value in bounds.items()) or "-"
+            console.print(f"   {name}.{signal.name:<28} {str(signal.type):<8} {default:<14} {signal.meaning}")
+        for option, field in rule.Options.model_fields.items():
+            console.print(f"   [dim]setting [rules.{name}] {option} = {field.get_default()!r}")
+    return 0
+
+
+def _documents_to_try(paths: list[str], limit: int):
+    """(name, text, url, lang) from text, HTML or documents-Parquet files."""
+    import pyarrow.parquet as pq
+
+    from stages.extract import _main_text_function, decode_html, identify_languages
+
+    for path in paths:
+        if path.endswith(".parquet"):
+            table = pq.read_table(path).slice(0, limit)
+            for row in table.select([c for c in ("id", "text", "url", "lang") if c in table.column_names]).to_pylist():
+                yield row.get("id") or path, row["text"], row.get("url"), row.get("lang")
+            continue
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if path.endswith((".html", ".htm")):
+            html, _ = decode_html(data, None)
+            text = (
+                _main_text_function(
+                    "trafilatura", {"favor_precision": True, "include_comments": False, "include_tables": True}
+                )(html, None)
+                or ""
+            )
+        else:
+            text = data.decode("utf-8", "replace")
+        yield path, text, None, identify_languages([text], "", 10_000)[0][0]
+
+
+def _rules_try(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pyarrow as pa
+
+    from corpus.rules import discover
+    from corpus.text import DocumentBatch
+    from stages.select import Threshold
+
+    registry = discover()
+    if args.rule not in registry:
+        print(f"corpus: unknown rule {args.rule!r}; `corpus rules list` shows them", file=sys.stderr)
+        return 2
+    settings = {}
+    thresholds = [
+        Threshold(args.rule, s, b, v) for s, bs in registry[args.rule].defaults.items() for b, v in bs.items()
+    ]
+    if args.job:
+        job = load_job(args.job)
+        settings = dict(job.rule_settings).get(args.rule, {})
+        thresholds = [t for t in job.thresholds if t.rule == args.rule]
+    rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    for name, text, url, lang in _documents_to_try(args.files, args.limit):
+        docs = DocumentBatch([text], [url], [lang], [1.0])
+        signals = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
+        values = {signal.name: np.asarray(signals[signal.name])[0].item() for signal in rule.signals}
+        failing = [t.reason for t in thresholds if t.failing(pa.array([values[t.signal]]))[0]]
+        verdict = "[red]DROP[/] " + ", ".join(failing) if failing else "[green]KEEP[/]"
+        console.print(f"[bold]{name}[/]  {verdict}")
+        for signal, value in values.items():
+            console.print(
+                f"   {args.rule}.{signal} = {value:.4g}"
+                if isinstance(value, float)
+                else f"   {args.rule}.{signal} = {value}"
+            )
+        span = rule.offending_span(text, url)
+        if span is not None:
+            source = url if span.in_url else text
+            before = source[max(0, span.start - 40) : span.start].replace("\n", " ")
+            after = source[span.end : span.end + 40].replace("\n", " ")
+            console.print(f"   {span.label}: …{before}[reverse]{source[span.start : span.end]}[/]{after}…", markup=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corpus", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -80,6 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")
     sample.set_defaults(handler=_sample)
+
+    rules = commands.add_parser("rules", help="list rules, or try one on files").add_subparsers(
+        dest="rules_command", required=True
+    )
+    rules.add_parser("list", help="every rule with its signals, defaults and settings").set_defaults(
+        handler=_rules_list
+    )
+    try_rule = rules.add_parser("try", help="a rule's signals, decision and offending span on files")
+    try_rule.add_argument("rule")
+    try_rule.add_argument("files", nargs="+", help="text, .html or documents .parquet files")
+    try_rule.add_argument("--limit", type=int, default=10, help="documents per Parquet file")
+    try_rule.add_argument("--job", help="take the rule's settings and thresholds from this job file")
+    try_rule.set_defaults(handler=_rules_try)
 
     args = parser.parse_args(argv)
     return args.handler(args)

@@ -4,6 +4,9 @@
 the same job runs on a laptop and on a cluster. One task per input file: a task streams its file through the
 stages in batches of `read.batch_size` (1,000) records, so Ray's per-task overhead is paid once per file,
 never per document. Workers report progress to a small actor; the driver only schedules and sums.
+
+A run has two waves: first every shard that is not complete is processed (or, when only the rules changed,
+re-annotated from its stored documents); then every shard is selected with the job's thresholds.
 """
 
 from __future__ import annotations
@@ -12,16 +15,25 @@ import logging
 import os
 import time
 import traceback
+from collections.abc import Callable
 
 from corpus.job import Job, JobError
 from corpus.outputs import OutputFolder
-from corpus.pipeline import Shard, fingerprint, plan_shards, process_shard
+from corpus.pipeline import (
+    Shard,
+    annotate_fingerprint,
+    fingerprint,
+    plan_shards,
+    process_shard,
+    reannotate_shard,
+    select_shard,
+)
 from corpus.progress import RunProgress
 from corpus.stats import summarize
 
 
 class StaleOutput(JobError):
-    """The output folder holds shards made with other options."""
+    """The output folder holds shards made with other read/extract options."""
 
 
 def _ray_progress_actor():
@@ -43,11 +55,19 @@ def _ray_progress_actor():
     return ProgressCounter.remote()
 
 
-def _run_shard_task(job: Job, shard: Shard, counter) -> dict:
+def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress, worker: str | None) -> dict:
+    if action == "process":
+        return process_shard(job, shard, on_progress=on_progress, worker=worker)
+    if action == "reannotate":
+        return reannotate_shard(job, shard, report, worker=worker)
+    return select_shard(job, shard)
+
+
+def _ray_task(job: Job, shard: Shard, action: str, report: dict | None, counter) -> dict:
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    return process_shard(job, shard, on_progress=lambda r, d: counter.add.remote(r, d), worker=f"ray-node:{node}")
+    return _work(job, shard, action, report, lambda r, d: counter.add.remote(r, d), f"ray-node:{node}")
 
 
 def _format_failure(exc: BaseException) -> str:
@@ -55,7 +75,10 @@ def _format_failure(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:500]
 
 
-def _run_on_ray(job: Job, todo: list[Shard], progress: RunProgress) -> dict[str, str]:
+Work = tuple[Shard, str, dict | None]  # shard, action, its current report
+
+
+def _run_on_ray(job: Job, work: list[Work], progress: RunProgress | None) -> tuple[dict[str, dict], dict[str, str]]:
     import ray
 
     if not ray.is_initialized():
@@ -64,41 +87,47 @@ def _run_on_ray(job: Job, todo: list[Shard], progress: RunProgress) -> dict[str,
         else:
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
     counter = _ray_progress_actor()
-    task = ray.remote(_run_shard_task).options(num_cpus=job.ray.num_cpus_per_task, max_retries=job.ray.max_retries)
-    pending = {task.remote(job, shard, counter): shard for shard in todo}
+    task = ray.remote(_ray_task).options(num_cpus=job.ray.num_cpus_per_task, max_retries=job.ray.max_retries)
+    pending = {task.remote(job, shard, action, report, counter): shard for shard, action, report in work}
+    done: dict[str, dict] = {}
     failed: dict[str, str] = {}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
         for ref in ready:
             shard = pending.pop(ref)
             try:
-                ray.get(ref)
-                progress.shard_finished(shard.id)
+                done[shard.id] = ray.get(ref)
+                error = None
             except Exception as exc:  # noqa: BLE001 - a failed shard is reported, the others go on
-                failed[shard.source] = _format_failure(exc)
-                progress.shard_finished(shard.id, failed[shard.source])
-        progress.update(*ray.get(counter.totals.remote()))
-    return failed
+                error = failed[shard.source] = _format_failure(exc)
+            if progress:
+                progress.shard_finished(shard.id, error)
+        if progress:
+            progress.update(*ray.get(counter.totals.remote()))
+    return done, failed
 
 
-def _run_inline(job: Job, todo: list[Shard], progress: RunProgress) -> dict[str, str]:
+def _run_inline(job: Job, work: list[Work], progress: RunProgress | None) -> tuple[dict[str, dict], dict[str, str]]:
+    done: dict[str, dict] = {}
     failed: dict[str, str] = {}
     totals = [0, 0]
 
     def on_progress(records: int, documents: int) -> None:
         totals[0] += records
         totals[1] += documents
-        progress.update(*totals)
+        if progress:
+            progress.update(*totals)
 
-    for shard in todo:
+    for shard, action, report in work:
+        error = None
         try:
-            process_shard(job, shard, on_progress=on_progress)
-            progress.shard_finished(shard.id)
+            done[shard.id] = _work(job, shard, action, report, on_progress, None)
         except Exception as exc:  # noqa: BLE001
-            failed[shard.source] = _format_failure(exc)
+            error = failed[shard.source] = _format_failure(exc)
             logging.getLogger("corpus").debug(traceback.format_exc())
-            progress.shard_finished(shard.id, failed[shard.source])
-    return failed
+        if progress:
+            progress.shard_finished(shard.id, error)
+    return done, failed
 
 
 def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
@@ -110,40 +139,50 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
         folder.remove_temporaries()
         shards = plan_shards(job)
         planned = {shard.id for shard in shards}
-        wanted = fingerprint(job)
         complete: dict[str, dict] = {}
         for report in folder.list_json("shards"):
             if report["id"] not in planned:
                 continue
-            if report["fingerprint"] != wanted:
+            if report["fingerprint"] != fingerprint(job):
                 raise StaleOutput(
                     f"{job.output} holds shard {report['id']} made with other read/extract options; "
                     "use a new output folder (or delete this one) to run with these options"
                 )
             complete[report["id"]] = report
-        todo = [shard for shard in shards if shard.id not in complete]
         with open(job.source_file, "rb") as fh:
             folder.write_bytes("job.toml", fh.read())
 
-        progress = RunProgress(len(shards), len(complete), progress_stream)
+        signals = annotate_fingerprint(job)
+        work: list[Work] = [
+            (shard, "process", None) if shard.id not in complete else (shard, "reannotate", complete[shard.id])
+            for shard in shards
+            if shard.id not in complete or complete[shard.id].get("annotate_fingerprint") != signals
+        ]
+        run: Callable = _run_on_ray if use_ray and work else _run_inline
+        progress = RunProgress(len(shards), len(shards) - len(work), progress_stream)
         try:
-            failed = _run_on_ray(job, todo, progress) if use_ray and todo else _run_inline(job, todo, progress)
+            _, failed = run(job, work, progress)
         finally:
             progress.close()
 
-        reports = []
-        for report in folder.list_json("shards"):
-            if report["id"] in planned:
-                report["skipped"] = report["id"] in complete
-                reports.append(report)
-        stats = summarize(job, reports, failed, len(complete), time.perf_counter() - started)
+        reports = [report for report in folder.list_json("shards") if report["id"] in planned]
+        for report in reports:
+            report["skipped"] = report["id"] in complete and report["id"] not in {s.id for s, _, _ in work}
+        selectable = [(shard, "select", None) for shard in shards if shard.id in {r["id"] for r in reports}]
+        selections, select_failed = (_run_on_ray if use_ray else _run_inline)(job, selectable, None)
+        failed.update(select_failed)
+
+        stats = summarize(job, reports, selections, failed, time.perf_counter() - started)
         folder.write_json("stats.json", stats)
         folder.write_json(
             "manifest.json",
             {
                 "job": job.name,
-                "fingerprint": wanted,
-                "schema": "corpus.schema.DOCUMENTS",
+                "fingerprint": fingerprint(job),
+                "annotate_fingerprint": signals,
+                "rules": [name for name, _ in job.rule_settings],
+                "thresholds": [threshold.reason + f" {threshold.value}" for threshold in job.thresholds],
+                "schema": "corpus.schema.DOCUMENTS + one column per rule signal",
                 "shards": [
                     {"id": r["id"], "source": r["source"], **(r["documents"] or {})}
                     for r in sorted(reports, key=lambda r: r["id"])

@@ -12,9 +12,10 @@ import gzip
 import hashlib
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import fsspec
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
@@ -51,6 +52,10 @@ class ExtractOptions(_Section):
     lid_max_chars: int = Field(10_000, ge=100, description="characters of each text given to language ID")
 
 
+class AnnotateOptions(_Section):
+    rules: list[str] | None = Field(None, description="rules to compute, in order; default: every registered rule")
+
+
 class RayOptions(_Section):
     num_cpus_per_task: float = Field(1.0, gt=0)
     max_retries: int = Field(3, ge=0, description="retries of a shard task whose worker died")
@@ -65,12 +70,20 @@ class Job(_Section):
     output: str = Field(description="output folder or URL")
     read: ReadOptions = ReadOptions()
     extract: ExtractOptions = ExtractOptions()
+    annotate: AnnotateOptions = AnnotateOptions()
+    rules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="settings per rule: [rules.NAME]")
+    select: dict[str, Any] = Field(default_factory=dict, description="thresholds: [select.RULE] SIGNAL.min/max")
     ray: RayOptions = RayOptions()
 
     # Filled in by load_job, not by the file.
     source_file: str = ""
     source_sha256: str = ""
     resolved_inputs: tuple[str, ...] = ()
+    rule_settings: tuple[tuple[str, dict], ...] = ()  # (rule name, validated options) in annotate order
+    thresholds: tuple = ()  # stages.select.Threshold, in selection order
+
+
+INTERNAL_FIELDS = ("source_file", "source_sha256", "resolved_inputs", "rule_settings", "thresholds")
 
 
 def _format_error(path: Path, error: dict) -> str:
@@ -79,7 +92,7 @@ def _format_error(path: Path, error: dict) -> str:
         section_model = Job
         for part in error["loc"][:-1]:
             section_model = section_model.model_fields[part].annotation
-        known = [k for k in section_model.model_fields if k not in ("source_file", "source_sha256", "resolved_inputs")]
+        known = [k for k in section_model.model_fields if k not in INTERNAL_FIELDS]
         close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
         return f"{path}: unknown key '{key}'{hint}"
@@ -141,7 +154,7 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
         data = tomllib.loads(raw_bytes.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"{path}: not valid TOML: {exc}") from exc
-    for internal in ("source_file", "source_sha256", "resolved_inputs"):
+    for internal in INTERNAL_FIELDS:
         if internal in data:
             raise JobError(f"{path}: unknown key '{internal}'")
     try:
@@ -153,8 +166,11 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
         if not Path(lid).is_file():
             raise JobError(f"{path}: key 'extract.lid_model': no such file {lid!r}")
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
+    rule_settings, thresholds = resolve_rules(job, path)
     return job.model_copy(
         update={
+            "rule_settings": rule_settings,
+            "thresholds": thresholds,
             # --output on the command line is relative to the working directory, like any CLI path.
             "output": _resolve_path(output, Path.cwd()) if output else _resolve_path(job.output, path.parent),
             "source_file": str(path.resolve()),
@@ -162,3 +178,97 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
             "resolved_inputs": _expand_inputs(job, path),
         }
     )
+
+
+def default_rule_order(registry: dict) -> list[str]:
+    """Every rule: plain ones first, then modifiers, then those written to see modified text (FineWeb after C4)."""
+    plain = [n for n, r in registry.items() if not r.modifies_text and not r.sees_modified_text]
+    modifiers = [n for n, r in registry.items() if r.modifies_text]
+    after = [n for n, r in registry.items() if r.sees_modified_text and not r.modifies_text]
+    return plain + modifiers + after
+
+
+def _check_rule_names(path: Path, key: str, names, registry: dict) -> None:
+    for name in names:
+        if name not in registry:
+            close = difflib.get_close_matches(name, list(registry), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known rules: {', '.join(registry)}"
+            raise JobError(f"{path}: key '{key}': unknown rule '{name}' ({hint})")
+
+
+def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], tuple]:
+    """Validate [annotate], [rules.*] and [select] against the rule registry."""
+    from corpus.rules import PATH_OPTION, discover
+    from stages.select import Threshold
+
+    registry = discover()
+    names = job.annotate.rules if job.annotate.rules is not None else default_rule_order(registry)
+    _check_rule_names(path, "annotate.rules", names, registry)
+    _check_rule_names(path, "rules", job.rules, registry)
+
+    settings = []
+    for name in names:
+        raw = dict(job.rules.get(name, {}))
+        options_model = registry[name].Options
+        for field_name, field in options_model.model_fields.items():
+            if PATH_OPTION in field.metadata and raw.get(field_name):
+                resolved = _resolve_path(raw[field_name], path.parent)
+                if not Path(resolved).exists():
+                    raise JobError(f"{path}: key 'rules.{name}.{field_name}': no such file {resolved!r}")
+                raw[field_name] = resolved
+        try:
+            options = options_model.model_validate(raw)
+        except ValidationError as exc:
+            errors = exc.errors()
+            for error in errors:
+                error["loc"] = ("rules", name, *error["loc"])
+            messages = []
+            for error in errors:
+                if error["type"] == "extra_forbidden":
+                    known = ", ".join(options_model.model_fields) or "none"
+                    messages.append(f"{path}: unknown key '{'.'.join(map(str, error['loc']))}' (known keys: {known})")
+                else:
+                    messages.append(_format_error(path, error))
+            raise JobError("\n".join(messages)) from None
+        settings.append((name, options.model_dump()))
+
+    select = dict(job.select)
+    selected = select.pop("rules", names)
+    if not isinstance(selected, list) or not all(isinstance(n, str) for n in selected):
+        raise JobError(f"{path}: key 'select.rules': expected a list of rule names")
+    _check_rule_names(path, "select.rules", selected, registry)
+    for name in selected:
+        if name not in names:
+            raise JobError(f"{path}: key 'select.rules': rule '{name}' is not computed (add it to annotate.rules)")
+    _check_rule_names(path, "select", select, registry)
+    thresholds = []
+    for name in selected:
+        rule = registry[name]
+        overrides = select.pop(name, {})
+        if not isinstance(overrides, dict):
+            raise JobError(f"{path}: key 'select.{name}': expected a table of SIGNAL.min / SIGNAL.max")
+        signals = {signal.name: signal for signal in rule.signals}
+        bounds = {signal: dict(b) for signal, b in rule.defaults.items()}
+        for signal_name, given in overrides.items():
+            key = f"select.{name}.{signal_name}"
+            if signal_name not in signals:
+                raise JobError(
+                    f"{path}: key '{key}': rule {name} has no signal '{signal_name}' (signals: {', '.join(signals)})"
+                )
+            if not isinstance(given, dict) or not set(given) <= {"min", "max"}:
+                raise JobError(f"{path}: key '{key}': expected 'min' and/or 'max', got {given!r}")
+            is_bool = pa.types.is_boolean(signals[signal_name].type)
+            for bound, value in given.items():
+                numeric = isinstance(value, int | float) and not isinstance(value, bool)
+                if (isinstance(value, bool) if is_bool else numeric) is False:
+                    expected = "true or false" if is_bool else "a number"
+                    raise JobError(f"{path}: key '{key}.{bound}': expected {expected}, got {value!r}")
+            bounds.setdefault(signal_name, {}).update(given)
+        for signal in rule.signals:
+            for bound in ("min", "max"):
+                if bound in bounds.get(signal.name, {}):
+                    thresholds.append(Threshold(name, signal.name, bound, bounds[signal.name][bound]))
+    if select:
+        unselected = next(iter(select))
+        raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules")
+    return tuple(settings), tuple(thresholds)

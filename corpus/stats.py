@@ -7,7 +7,7 @@ from collections import Counter
 from corpus import __version__
 from corpus.accounting import StageCounts, check_chain
 from corpus.job import Job
-from corpus.pipeline import STAGES
+from corpus.pipeline import ALL_STAGES, STAGES
 
 MAX_ERROR_EXAMPLES = 200
 
@@ -20,19 +20,29 @@ def stage_counts(report: dict) -> list[StageCounts]:
 def summarize(
     job: Job,
     reports: list[dict],
+    selections: dict[str, dict],
     failed: dict[str, str],
-    skipped: int,
     wall_seconds: float,
 ) -> dict:
-    """Everything a run did, from its shard reports (including shards completed by an earlier attempt)."""
-    stages: dict[str, StageCounts] = {}
+    """Everything a run did, from its shard reports (including shards completed by an earlier attempt) and the
+    selection of each shard."""
+    stages = {stage: StageCounts(stage) for stage in ALL_STAGES}
     errors: list[dict] = []
+    failing: Counter = Counter()
+    per_shard = {}
     for report in reports:
         chain = stage_counts(report)
+        selection = selections.get(report["id"])
+        if selection is not None:
+            chain.append(StageCounts.from_dict("select", selection["select"]))
+            failing.update(selection["failing"])
         check_chain(chain, f"shard {report['id']}")
         for counts in chain:
-            stages.setdefault(counts.stage, StageCounts(counts.stage)).merge(counts)
+            stages[counts.stage].merge(counts)
         errors.extend(report["errors"])
+        per_shard[report["id"]] = {"source": report["source"], "stages": {c.stage: c.to_dict() for c in chain}}
+    if len(selections) < len(reports):
+        del stages["select"]  # a shard failed selection: totals stop at annotate, and the run reports it
 
     chain = list(stages.values())
     records = chain[0].received if chain else 0
@@ -52,9 +62,9 @@ def summarize(
         "corpus_version": __version__,
         "output": job.output,
         "shards": {
-            "planned": len(reports) + len(failed),
+            "planned": len(reports) + len(set(failed) - {r["source"] for r in reports}),
             "complete": len(reports),
-            "skipped_complete": skipped,
+            "skipped_complete": sum(1 for r in reports if r.get("skipped")),
             "failed": len(failed),
         },
         "failed_shards": failed,
@@ -66,7 +76,15 @@ def summarize(
             "unaccounted": records - kept - sum(dropped.values()) - sum(error_counts.values()),
         },
         "stages": {name: counts.to_dict() for name, counts in stages.items()},
-        "per_shard": {r["id"]: {"source": r["source"], "stages": r["stages"]} for r in reports},
+        "rules": {
+            threshold.reason: {
+                "value": threshold.value,
+                "failing": failing[threshold.reason],
+                "dropped_first": stages["select"].dropped[threshold.reason] if "select" in stages else 0,
+            }
+            for threshold in job.thresholds
+        },
+        "per_shard": per_shard,
         "throughput": {
             "wall_seconds": round(wall_seconds, 3),
             "records_this_run": fresh_records,

@@ -99,12 +99,19 @@ def test_shipped_job_files_are_valid():
 
 
 def test_readme_documents_every_job_key():
-    from corpus.job import ExtractOptions, RayOptions, ReadOptions
+    from corpus.job import INTERNAL_FIELDS, AnnotateOptions, ExtractOptions, RayOptions, ReadOptions
 
     readme = (REPO / "README.md").read_text()
-    internal = {"source_file", "source_sha256", "resolved_inputs", "read", "extract", "ray"}
-    for key in set(Job.model_fields) - internal:
+    sections = {"read", "extract", "ray", "annotate", "rules", "select"}
+    for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
-    for section, model in (("read", ReadOptions), ("extract", ExtractOptions), ("ray", RayOptions)):
+    for key in ("[rules.NAME]", "[select] rules", "[select.RULE]"):
+        assert f"| `{key}" in readme, key
+    for section, model in (
+        ("read", ReadOptions),
+        ("extract", ExtractOptions),
+        ("annotate", AnnotateOptions),
+        ("ray", RayOptions),
+    ):
         for key in model.model_fields:
             assert f"| `[{section}] {key}` |" in readme, f"[{section}] {key}"

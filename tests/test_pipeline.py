@@ -14,9 +14,10 @@ from corpus.cli import main
 from corpus.executor import StaleOutput, run_job
 from corpus.job import load_job
 from corpus.outputs import OutputFolder, OutputLocked
-from corpus.pipeline import shard_id
+from corpus.pipeline import job_rules, shard_id
 from corpus.sample import SAMPLE_PATH, build_sample
 from corpus.schema import DOCUMENTS
+from stages.annotate import annotated_schema
 
 
 def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
@@ -39,8 +40,12 @@ def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
 def test_outputs_agree_with_the_counts(clean_run):
     job, stats, out = clean_run
     table = pq.read_table(out / "documents")
-    assert table.schema.equals(DOCUMENTS, check_metadata=True)
-    assert table.num_rows == stats["totals"]["kept"]
+    assert table.schema.equals(annotated_schema(job_rules(job)), check_metadata=True)
+    assert table.schema.names[: len(DOCUMENTS)] == DOCUMENTS.names
+    assert table.num_rows == stats["stages"]["annotate"]["kept"] == stats["stages"]["extract"]["kept"]
+    selection = pq.read_table(out / "selection")
+    assert selection.num_rows == table.num_rows
+    assert sum(selection.column("kept").to_pylist()) == stats["totals"]["kept"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert sum(shard["rows"] for shard in manifest["shards"]) == table.num_rows
     assert json.loads((out / "stats.json").read_text())["totals"] == stats["totals"]

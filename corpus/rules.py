@@ -1,0 +1,126 @@
+"""The rule model and its registry.
+
+A rule is one class in one module under `rules/`, decorated with `@register`:
+
+- a versioned name (`name` + `version`; its columns are `<name>.<signal>`),
+- its signals: name, Arrow type, meaning,
+- the published default thresholds (`defaults = {"dup_line_frac": {"max": 0.3}}`),
+- optional settings (a pydantic model, `Options`, filled from the job's `[rules.<name>]` table),
+- `compute(docs)`: a pure function from a `DocumentBatch` to one array per signal,
+- optionally `offending_span(text, url)`: where in a document the rule fires, for `corpus rules try` and reports.
+
+A rule that rewrites text (C4 line removal, PII masking) is a modifier: `modifies_text = True` and its
+`modify(docs)` returns its signals and the new texts, which the rules after it in `[annotate] rules` see. The stored
+documents keep the extracted text; modifiers record what they cut in their signals.
+
+Nothing else has to be edited to add a rule: `discover()` imports every module of the `rules` package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, ClassVar
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from corpus.text import DocumentBatch
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    type: pa.DataType
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Span:
+    """Characters [start, end) of a document's text (or of its URL when `in_url`) where a rule fires."""
+
+    start: int
+    end: int
+    label: str
+    in_url: bool = False
+
+
+PATH_OPTION = "a file path; relative paths are relative to the job file"
+FilePath = Annotated[str, PATH_OPTION]  # an option naming a file: resolved and checked when the job is loaded
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class RuleOptions(NoOptions):
+    """Base for a rule's settings; subclass it inside the rule as `Options`."""
+
+
+class Rule:
+    name: ClassVar[str]
+    version: ClassVar[int] = 1
+    signals: ClassVar[tuple[Signal, ...]]
+    defaults: ClassVar[dict[str, dict[str, float | int | bool]]] = {}
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    modifies_text: ClassVar[bool] = False
+    sees_modified_text: ClassVar[bool] = False  # in the default order, run after the modifiers
+
+    def __init__(self, options: BaseModel | None = None):
+        self.options = options if options is not None else self.Options()
+
+    @classmethod
+    def versioned_name(cls) -> str:
+        return f"{cls.name}_v{cls.version}"
+
+    @classmethod
+    def summary(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+
+    @classmethod
+    def column(cls, signal: str) -> str:
+        return f"{cls.name}.{signal}"
+
+    def compute(self, docs: DocumentBatch) -> dict[str, Sequence]:
+        raise NotImplementedError
+
+    def modify(self, docs: DocumentBatch) -> tuple[dict[str, Sequence], list[str]]:
+        """Modifiers only: (signals, rewritten texts)."""
+        raise NotImplementedError
+
+    def offending_span(self, text: str, url: str | None) -> Span | None:
+        return None
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+_DISCOVERED = False
+
+
+def register(rule: type[Rule]) -> type[Rule]:
+    """Class decorator: make a rule known by its name."""
+    existing = _REGISTRY.get(rule.name)
+    if existing is not None and existing.__qualname__ != rule.__qualname__:
+        raise ValueError(f"two rules are named {rule.name!r}: {existing.__module__} and {rule.__module__}")
+    names = [signal.name for signal in rule.signals]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rule {rule.name!r} declares a signal twice")
+    for signal, bounds in rule.defaults.items():
+        if signal not in names or not set(bounds) <= {"min", "max"}:
+            raise ValueError(f"rule {rule.name!r}: default {signal} {bounds} names no signal or bound")
+    _REGISTRY[rule.name] = rule
+    return rule
+
+
+def discover() -> dict[str, type[Rule]]:
+    """Every registered rule, after importing each module of the `rules` package once."""
+    global _DISCOVERED
+    if not _DISCOVERED:
+        import rules
+
+        for module in sorted(pkgutil.iter_modules(rules.__path__), key=lambda m: m.name):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"rules.{module.name}")
+        _DISCOVERED = True
+    return dict(sorted(_REGISTRY.items()))

@@ -1,0 +1,87 @@
+"""Dirty words: the List of Dirty, Naughty, Obscene and Otherwise Bad Words, in the document's language.
+
+C4 (Raffel et al. 2020) drops any page containing a word of the English LDNOOBW list; Llama 3 (Dubey et al. 2024,
+section 3.1.1) uses dirty-word counts as one of its heuristics. `lists` is a folder with one LDNOOBW file per
+language code (`en`, `de`, `ja`, ...); a document uses the list of its `lang`. Entries are matched case-folded
+as whole words or phrases (no letter or digit on either side); for languages written without spaces (ja, zh,
+th, ko) as substrings. One Aho-Corasick automaton per language (pyahocorasick).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.rules import FilePath, Rule, RuleOptions, Signal, Span, register
+from corpus.text import DocumentBatch
+
+UNSPACED_LANGUAGES = {"ja", "zh", "th", "ko"}
+
+
+@cache
+def _automaton(folder: str, lang: str):
+    import ahocorasick
+
+    path = os.path.join(folder, lang)
+    if not folder or not lang or not os.path.isfile(path):
+        return None
+    automaton = ahocorasick.Automaton()
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            entry = line.strip().lower()
+            if entry:
+                automaton.add_word(entry, entry)
+    if not len(automaton):
+        return None
+    automaton.make_automaton()
+    return automaton
+
+
+def dirty_matches(text: str, lang: str | None, folder: str) -> list[tuple[int, int, str]]:
+    """(start, end, entry) of each whole-word match of the language's list in the text."""
+    automaton = _automaton(folder, lang or "")
+    if automaton is None:
+        return []
+    lower = text.lower()
+    whole_words = lang not in UNSPACED_LANGUAGES
+    matches = []
+    for end, entry in automaton.iter(lower):
+        start = end - len(entry) + 1
+        if whole_words and (
+            (start > 0 and lower[start - 1].isalnum()) or (end + 1 < len(lower) and lower[end + 1].isalnum())
+        ):
+            continue
+        matches.append((start, end + 1, entry))
+    return matches
+
+
+@register
+class DirtyWords(Rule):
+    """LDNOOBW words in the document's language: count and share of words (C4 drops at 1, Llama 3)."""
+
+    class Options(RuleOptions):
+        lists: FilePath = ""  # a folder of LDNOOBW files named by language code
+
+    name = "dirty_words"
+    signals = (
+        Signal("count", pa.int32(), "matches of the language's list"),
+        Signal("ratio", pa.float32(), "matches per word"),
+    )
+    defaults = {"count": {"max": 0}}
+
+    def compute(self, docs: DocumentBatch) -> dict:
+        counts = np.array(
+            [
+                len(dirty_matches(text, lang, self.options.lists))
+                for text, lang in zip(docs.texts, docs.langs, strict=True)
+            ],
+            np.int32,
+        )
+        return {"count": counts, "ratio": (counts / np.maximum(docs.word_counts, 1)).astype(np.float32)}
+
+    def offending_span(self, text: str, url: str | None, lang: str | None = "en") -> Span | None:
+        matches = dirty_matches(text, lang, self.options.lists)
+        return Span(matches[0][0], matches[0][1], "dirty word") if matches else None

@@ -1,0 +1,32 @@
+"""Language: keep the languages a corpus wants, with the identifier's confidence.
+
+Reads the extraction stage's fastText lid.176 `lang` and `lang_score` (FineWeb keeps English at score >= 0.65).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.rules import Rule, RuleOptions, Signal, register
+from corpus.text import DocumentBatch
+
+
+@register
+class Language(Rule):
+    """The document's language is one of `languages`, and how sure the identifier is (FineWeb: en, 0.65)."""
+
+    class Options(RuleOptions):
+        languages: list[str] = ["en"]
+
+    name = "language"
+    signals = (
+        Signal("allowed", pa.bool_(), "lang is one of the job's `languages`"),
+        Signal("score", pa.float32(), "lang_score when allowed, else 0"),
+    )
+    defaults = {"allowed": {"min": True}, "score": {"min": 0.65}}
+
+    def compute(self, docs: DocumentBatch) -> dict:
+        allowed = np.array([lang in self.options.languages for lang in docs.langs], np.bool_)
+        scores = np.array([s if s is not None else 0.0 for s in docs.lang_scores], np.float32)
+        return {"allowed": allowed, "score": np.where(allowed, scores, 0).astype(np.float32)}

@@ -1,0 +1,50 @@
+"""Annotate stage: every enabled rule's signals, as columns beside the documents.
+
+Rules run in the job's order; a modifier (C4 line removal) rewrites the texts the rules after it see, while the
+stored `text` stays as extracted. Nothing is dropped here: selection is a separate, cheap stage over these
+columns, so a threshold can change without recomputing anything.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+
+from corpus.accounting import StageCounts, StageResult
+from corpus.rules import Rule
+from corpus.schema import DOCUMENTS
+from corpus.text import DocumentBatch
+
+STAGE = "annotate"
+
+
+def signal_fields(rules: list[Rule]) -> list[pa.Field]:
+    return [
+        pa.field(rule.column(signal.name), signal.type, metadata={"doc": signal.meaning, "rule": rule.versioned_name()})
+        for rule in rules
+        for signal in rule.signals
+    ]
+
+
+def annotated_schema(rules: list[Rule]) -> pa.Schema:
+    return pa.schema([*DOCUMENTS, *signal_fields(rules)])
+
+
+def annotate_documents(documents: pa.Table, rules: list[Rule]) -> StageResult:
+    """Documents (schema `DOCUMENTS`, extra columns ignored) with one column per signal of each rule."""
+    started = time.perf_counter()
+    base = documents.select(DOCUMENTS.names)
+    docs = DocumentBatch.from_table(base)
+    columns = []
+    for rule in rules:
+        if rule.modifies_text:
+            signals, texts = rule.modify(docs)
+            docs = docs.with_texts(texts)
+        else:
+            signals = rule.compute(docs)
+        columns += [pa.array(signals[signal.name], type=signal.type) for signal in rule.signals]
+    table = pa.Table.from_arrays([*base.columns, *columns], schema=annotated_schema(rules))
+    counts = StageCounts(STAGE, received=documents.num_rows, kept=documents.num_rows)
+    counts.seconds = time.perf_counter() - started
+    return StageResult(table, counts)
