@@ -56,10 +56,23 @@ def _hash_lines(data):
     return out[:count]
 
 
+@njit(cache=True)
+def _hash_spans(data, offsets):
+    out = np.empty(len(offsets) - 1, np.uint64)
+    for k in range(len(offsets) - 1):
+        h = _FNV_OFFSET
+        for i in range(offsets[k], offsets[k + 1]):
+            h = (h ^ np.uint64(data[i])) * _FNV_PRIME
+        out[k] = h
+    return out
+
+
 def fnv1a(values: list[str]) -> np.ndarray:
-    return (
-        _hash_lines(np.frombuffer("\n".join(values).encode() + b"\n", np.uint8)) if values else np.empty(0, np.uint64)
-    )
+    """FNV-1a hash of each string's UTF-8 bytes, equal to `_hash_lines` on the same stripped line."""
+    encoded = [value.encode() for value in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return _hash_spans(np.frombuffer(b"".join(encoded) or b"\0", np.uint8), offsets)
 
 
 def _read_list(path: str, member: str) -> bytes:

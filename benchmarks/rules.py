@@ -1,0 +1,173 @@
+"""Every signal of every rule family on >= 5,000 real documents, against datatrove's filter chain, on one core.
+
+Ours: `annotate_documents` with all rules (the UT1 blocklist, FineWeb's word lists and LDNOOBW from
+../shared/data), every signal computed for every document. Peer: datatrove's GopherRepetitionFilter ->
+GopherQualityFilter -> C4QualityFilter -> FineWebQualityFilter chain, which stops at a document's first failing
+filter (so it does less work per document than we do). Goal: ours >= 20x the peer's docs/s.
+
+datatrove lives in its own virtual environment (its `processing` extra pins trafilatura < 1.12):
+
+    python -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove spacy tokenizers regex 'xxhash<4' pyarrow
+    python benchmarks/rules.py --datatrove-python /tmp/dtvenv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# This file is named like the `rules` package, so its folder must not be on sys.path: load the helper by path.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
+real_documents_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(real_documents_module)
+real_documents = real_documents_module.real_documents
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+BATCH = 1000
+
+DATATROVE_CHAIN = r"""
+import json, sys, time
+import pyarrow.parquet as pq
+from datatrove.data import Document
+from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                        GopherRepetitionFilter)
+texts = pq.read_table(sys.argv[1], columns=["text"]).column("text").to_pylist()
+chain = [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter()]
+chain[1].filter(Document(text="warm up the tokenizer", id="0"))
+started = time.perf_counter()
+kept = 0
+for i, text in enumerate(texts):
+    doc = Document(text=text, id=str(i))
+    for step in chain:
+        verdict = step.filter(doc)
+        if verdict is not True and (not isinstance(verdict, tuple) or verdict[0] is not True):
+            break
+    else:
+        kept += 1
+print(json.dumps({"seconds": time.perf_counter() - started, "kept": kept, "documents": len(texts)}))
+"""
+
+
+def our_rules(shared: Path):
+    from corpus.rules import discover
+
+    registry = discover()
+    lists = shared / "lists-datatrove"
+    settings = {
+        "url": {
+            "blocklist": str(lists / "url_filterblacklistsv0_3_0.tar.gz"),
+            "banned_words": str(lists / "banned_words.txt"),
+            "banned_subwords": str(lists / "banned_subwords.txt"),
+            "soft_banned_words": str(lists / "soft_banned_words.txt"),
+        },
+        "dirty_words": {"lists": str(shared / "lists-ldnoobw")},
+    }
+    order = ["url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb", "olmo2", "dirty_words"]
+    return [registry[name](registry[name].Options.model_validate(settings.get(name, {}))) for name in order]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=SHARED)
+    parser.add_argument("--datatrove-python", help="python of a venv with datatrove; omitted = ours only")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    import pyarrow as pa
+
+    from corpus.text import DocumentBatch
+    from rules.url import hashed_list
+    from stages.annotate import annotate_documents
+
+    documents = real_documents(args.shared)
+    words = sum(len(t.split()) for t in documents.column("text").to_pylist()) / documents.num_rows
+    print(f"{documents.num_rows:,} real documents from {args.shared}, {words:.0f} words on average; 1 core\n")
+
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    blocklist = hashed_list(str(args.shared / "lists-datatrove" / "url_filterblacklistsv0_3_0.tar.gz"), "domains")
+    load_s = time.perf_counter() - started
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        f"UT1 blocklist: {len(blocklist):,} domains loaded in {load_s:.2f} s, {blocklist.nbytes / 2**20:.0f} MiB "
+        f"held (peak RSS +{(rss_after - rss_before) / 1024:.0f} MiB while loading)"
+    )
+
+    rules = our_rules(args.shared)
+    base = pa.table(
+        {
+            "id": documents.column("id"),
+            "url": documents.column("url"),
+            "text": documents.column("text"),
+            "lang": documents.column("lang"),
+            "lang_score": pa.array([1.0] * documents.num_rows, pa.float32()),
+        }
+    )
+    from corpus.schema import DOCUMENTS
+
+    table = pa.table(
+        {
+            name: base.column(name) if name in base.column_names else pa.nulls(base.num_rows, field.type)
+            for name, field in zip(DOCUMENTS.names, DOCUMENTS, strict=True)
+        },
+        schema=DOCUMENTS,
+    )
+    annotate_documents(table.slice(0, 50), rules)  # compile the Numba kernels, warm the vocabulary
+    started = time.perf_counter()
+    signals = 0
+    for offset in range(0, table.num_rows, BATCH):
+        result = annotate_documents(table.slice(offset, BATCH), rules)
+        signals = result.table.num_columns - len(DOCUMENTS)
+    ours_s = time.perf_counter() - started
+    ours_rate = table.num_rows / ours_s
+
+    per_rule = {}
+    for rule in rules:
+        started = time.perf_counter()
+        for offset in range(0, table.num_rows, BATCH):
+            docs = DocumentBatch.from_table(table.slice(offset, BATCH))
+            rule.modify(docs) if rule.modifies_text else rule.compute(docs)
+        per_rule[rule.name] = time.perf_counter() - started
+    print(
+        "ours, per family alone (each re-tokenising its batch): "
+        + ", ".join(f"{name} {table.num_rows / s:,.0f}/s" for name, s in per_rule.items())
+    )
+
+    peer_rate = None
+    if args.datatrove_python:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "docs.parquet"
+            import pyarrow.parquet as pq
+
+            pq.write_table(documents.select(["text"]), path)
+            script = Path(tmp) / "chain.py"
+            script.write_text(DATATROVE_CHAIN)
+            done = subprocess.run(
+                [args.datatrove_python, str(script), str(path)], capture_output=True, text=True, check=True
+            )
+            peer = json.loads(done.stdout.strip().splitlines()[-1])
+            peer_rate = peer["documents"] / peer["seconds"]
+
+    print()
+    print(f"{'measure':<58}{'ours':>10}{'datatrove':>12}{'ratio':>9}")
+    peer_text = f"{peer_rate:>12,.1f}" if peer_rate else f"{'-':>12}"
+    ratio = f"{ours_rate / peer_rate:>8.1f}x" if peer_rate else f"{'-':>9}"
+    print(
+        f"{'docs/s, all ' + str(signals) + ' signals vs Gopher+C4+FineWeb chain':<58}{ours_rate:>10,.0f}"
+        f"{peer_text}{ratio}"
+    )
+    print("\ngoal: ours >= 20x datatrove's chain per core, ours computing every signal of every family")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Each rule on small documents: exact signal values, and a document it keeps and one it drops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from corpus.rules import discover
+from corpus.text import DocumentBatch
+from stages.select import Threshold, select_documents
+
+
+def signals(rule_name: str, texts, urls=None, langs=None, scores=None, **options) -> dict[str, list]:
+    rule_class = discover()[rule_name]
+    rule = rule_class(rule_class.Options.model_validate(options))
+    docs = DocumentBatch(list(texts), urls, langs, scores)
+    values = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
+    return {name: np.asarray(column).tolist() for name, column in values.items()}
+
+
+def kept_by_defaults(rule_name: str, values: dict[str, list]) -> list[bool]:
+    rule = discover()[rule_name]
+    table = pa.table(
+        {
+            "id": [str(i) for i in range(len(next(iter(values.values()))))],
+            **{f"{rule_name}.{s.name}": pa.array(values[s.name], s.type) for s in rule.signals},
+        }
+    )
+    thresholds = [Threshold(rule_name, s, b, v) for s, bs in rule.defaults.items() for b, v in bs.items()]
+    return select_documents(table, thresholds)[0].table.column("kept").to_pylist()
+
+
+def test_gopher_repetition_exact_fractions():
+    repeated = "a b c\na b c\nd e f"  # 17 characters, one line repeated
+    distinct = "a b c\nd e f\ng h i"
+    values = signals("gopher_repetition", [repeated, distinct])
+    assert values["dup_line_frac"] == pytest.approx([1 / 3, 0])
+    assert values["dup_line_char_frac"] == pytest.approx([5 / 17, 0])
+    assert values["dup_para_frac"] == [0, 0]
+    assert values["top_2gram_char_frac"] == pytest.approx([6 / 17, 3 / 17])  # "a b" twice; else the first bigram once
+    assert values["dup_5gram_char_frac"] == [0, 0]
+    prose = (
+        "Tomatoes grow best when the soil stays evenly moist.\nA layer of straw mulch keeps the roots cool in July.\n"
+        "Most gardeners start their seeds indoors about six weeks before the last frost."
+    )
+    assert kept_by_defaults("gopher_repetition", signals("gopher_repetition", [repeated, prose])) == [False, True]
+
+
+def test_gopher_repetition_counts_repeated_ngrams_greedily():
+    text = " ".join(["one two three four five"] * 3)  # 5-grams repeat from the 6th word on
+    values = signals("gopher_repetition", [text])
+    # Greedy as datatrove: words 6-10 and 11-15 are repeats of the first 5-gram: 2 x 19 characters (no spaces).
+    assert values["dup_5gram_char_frac"][0] == pytest.approx(38 / len(text))
+
+
+def test_gopher_quality_words_lengths_and_stop_words():
+    short = "The cat sat on the mat, and that was good."
+    values = signals("gopher_quality", [short])
+    assert values["words"] == [10]  # the comma and the full stop are not words
+    assert values["mean_word_length"] == pytest.approx([3.1])
+    assert values["stop_words"] == [3]  # the, and, that ("The" differs in case, as in the reference)
+    assert values["alpha_words_frac"] == pytest.approx([10 / 12])
+    long = " ".join([short] * 6)
+    assert kept_by_defaults("gopher_quality", signals("gopher_quality", [short, long])) == [False, True]
+    bullets = "\n".join(["- item number one is here"] * 60)
+    assert signals("gopher_quality", [bullets])["bullet_lines_frac"] == [1.0]
+
+
+def test_c4_removes_lines_and_counts_sentences():
+    text = "This is a fine sentence. And another one here.\nClick here\nWe use cookies to improve this site.\nThird line is fine too!"
+    values = signals("c4", [text])
+    assert values["lines_removed"] == [2]  # no terminal punctuation; a cookie line
+    assert values["sentences"] == [3]
+    rule = discover()["c4"]()
+    _, texts = rule.modify(DocumentBatch([text]))
+    assert texts == ["This is a fine sentence. And another one here.\nThird line is fine too!"]
+    lorem = "Lorem ipsum dolor sit amet, consectetur.\n" + "A proper sentence is written here. " * 6
+    good = "\n".join(["A proper sentence is written here, with words."] * 6)
+    values = signals("c4", [text, lorem, good])
+    assert values["lorem_ipsum"] == [False, True, False]
+    assert kept_by_defaults("c4", values) == [False, False, True]
+
+
+def test_fineweb_line_statistics():
+    text = "Short\nAnother short\nA much longer line that ends with a period."
+    values = signals("fineweb", [text])
+    assert values["line_punct_ratio"] == pytest.approx([1 / 3])
+    assert values["short_line_ratio"] == pytest.approx([2 / 3])
+    assert values["char_dup_ratio"] == [0]
+    assert values["newline_ratio"] == pytest.approx([2 / 13])
+    menu = "\n".join(["Home", "News", "Home", "Sport"])
+    assert kept_by_defaults("fineweb", signals("fineweb", [text, menu])) == [True, False]
+
+
+def test_olmo2_runs_and_top_word():
+    values = signals("olmo2", ["buy " * 40, "a b c a b c x", "the quick brown fox jumps over the lazy dog"])
+    assert values["max_repeated_ngrams"] == [40, 2, 1]
+    assert values["repeated_ngram_period"] == [1, 3, 1]
+    assert values["top_word_frac"] == pytest.approx([1.0, 2 / 7, 2 / 9])
+    assert kept_by_defaults("olmo2", values) == [False, True, True]
+    span = discover()["olmo2"]().offending_span("intro " + "ha ha " * 35 + "end", None)
+    assert span.start == 6 and span.label == "70 copies of a 1-gram"
+
+
+def test_url_lists(tmp_path):
+    (tmp_path / "domains").write_text("# comment\nbad.example\nother.test\n")
+    (tmp_path / "words").write_text("casino\n")
+    (tmp_path / "soft").write_text("free\nbonus\nsex\n")
+    (tmp_path / "sub").write_text("porn\n")
+    urls = [
+        "http://www.sub.bad.example/page",
+        "https://good.org/casino-night",
+        "https://good.org/free-bonus",
+        "https://good.org/Pornography",
+        "https://good.org/fine?x=1",
+        "https://personal.example/profile",
+    ]
+    values = signals(
+        "url",
+        [""] * len(urls),
+        urls,
+        blocklist=str(tmp_path / "domains"),
+        banned_words=str(tmp_path / "words"),
+        soft_banned_words=str(tmp_path / "soft"),
+        banned_subwords=str(tmp_path / "sub"),
+        drop_domains=["personal.example"],
+    )
+    assert values["blocked_domain"] == [True, False, False, False, False, False]
+    assert values["banned_word"] == [False, True, False, False, False, False]
+    assert values["soft_banned_words"] == [0, 0, 2, 0, 0, 0]
+    assert values["banned_subword"] == [False, False, False, True, False, False]
+    assert values["dropped_domain"] == [False, False, False, False, False, True]
+    assert kept_by_defaults("url", values) == [False, False, False, False, True, False]
+
+
+def test_dirty_words_whole_words_in_the_documents_language(tmp_path):
+    (tmp_path / "en").write_text("bad word\nugly\n")
+    (tmp_path / "fr").write_text("vilain\n")
+    texts = ["This has a Bad Word in it, and uglyness is fine.", "Un texte vilain.", "Clean text."]
+    values = signals("dirty_words", texts, langs=["en", "fr", "en"], lists=str(tmp_path))
+    assert values["count"] == [1, 1, 0]
+    assert values["ratio"] == pytest.approx([1 / 13, 1 / 4, 0])
+    assert kept_by_defaults("dirty_words", values) == [False, False, True]
+
+
+def test_language_allowed_and_score():
+    values = signals("language", ["x", "y", "z"], langs=["en", "fr", "en"], scores=[0.9, 0.99, 0.5], languages=["en"])
+    assert values["allowed"] == [True, False, True]
+    assert values["score"] == pytest.approx([0.9, 0.0, 0.5])
+    assert kept_by_defaults("language", values) == [True, False, False]
+
+
+def test_select_records_first_and_all_failures():
+    table = pa.table({"id": ["a", "b", "c"], "r.x": [0.5, 0.9, 0.1], "r.y": [1, 5, 9]})
+    thresholds = [Threshold("r", "x", "max", 0.6), Threshold("r", "y", "max", 4)]
+    result, failing = select_documents(table, thresholds)
+    rows = result.table.to_pylist()
+    assert [row["kept"] for row in rows] == [True, False, False]
+    assert rows[1]["first_failure"] == "r.x.max" and rows[1]["failures"] == ["r.x.max", "r.y.max"]
+    assert rows[2]["first_failure"] == "r.y.max"
+    assert failing == {"r.x.max": 1, "r.y.max": 2}
+    assert result.counts.dropped == {"r.x.max": 1, "r.y.max": 1} and result.counts.unaccounted == 0
