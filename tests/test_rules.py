@@ -68,7 +68,10 @@ def test_gopher_quality_words_lengths_and_stop_words():
 
 
 def test_c4_removes_lines_and_counts_sentences():
-    text = "This is a fine sentence. And another one here.\nClick here\nWe use cookies to improve this site.\nThird line is fine too!"
+    text = (
+        "This is a fine sentence. And another one here.\nClick here\n"
+        "We use cookies to improve this site.\nThird line is fine too!"
+    )
     values = signals("c4", [text])
     assert values["lines_removed"] == [2]  # no terminal punctuation; a cookie line
     assert values["sentences"] == [3]
