@@ -21,22 +21,33 @@ import pyarrow as pa
 WORD = re.compile(
     r"""
      https?://\S+|www\.\S+
-    |\d+(?:[.,:/-]\d+)+
+    |(?<!\S)[^\w\s]{2,}(?!\S)
+    |(?:[A-Za-z]\.){2,}|\b(?:[A-Z]|Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Ltd|Co|No)\.(?=\s)
+    |[+-]?\d+(?:[.,:/-]\d+)+|\+\d+
     |[^\W_]+?(?=n['’]t\b)
     |n['’]t\b
     |[^\W_]+?(?=['’](?:s|m|re|ll|ve|d)\b)
     |['’](?:s|m|re|ll|ve|d)\b
-    |[^\W_]+(?:[.'’][^\W_]+)*
+    |\w+(?:[.'’=]\w+)*
     |\.{2,}|-{2,}|\\.
     |\S""",
     re.VERBOSE | re.IGNORECASE,
 )
 
-# datatrove's PUNCTUATION_SET (text.py), which Gopher's "non-symbol word" test uses.
-PUNCTUATION = set(
-    "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
-    + "".join(map(chr, (*range(0x2000, 0x2070), *range(0x20A0, 0x20C1), *range(0x2100, 0x2150))))
-) | set("!.?։؟۔܀܁܂߹।॥၊။።፧፨᙮᜵᜶᠃᠉᥄᥅᪨᪩᪪᪫᭚᭛᭞᭟᰻᰼᱾᱿‼‽⁇⁈⁉⸮⸼꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝꩞꩟꫰꫱꯫﹒﹖﹗！．？")
+# Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
+# so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
+TERMINAL_PUNCTUATION = frozenset(
+    "!.?։؝؞؟۔܀܁܂߹࠷࠹࠽࠾।॥၊။።፧፨᙮᜵᜶។៕៖៙៚᠃᠉᥄᥅᪨᪩᪪᪫᭚᭛᭞᭟᭽᭾᰻᰼᱾᱿‼‽⁇⁈⁉⸮⸼⹓⹔。꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝꩞꩟꫰꫱꯫﹒﹖﹗！．？｡𐩖𐩗𐽕𐽖𐽗𐽘𐽙𐾆𐾇𐾈𐾉𑁇𑁈𑂾𑂿𑃀𑃁𑅁𑅂𑅃𑇅𑇆𑇍𑇞𑇟𑈸𑈹𑈻𑈼𑊩𑑋𑑌𑗂𑗃𑗉𑗊𑗋𑗌𑗍𑗎𑗏𑗐𑗑𑗒𑗓𑗔𑗕𑗖𑗗𑙁𑙂𑜼𑜽𑜾𑥄𑥆𑩂𑩃𑪛𑪜𑱁𑱂𑻷𑻸\U00011f43\U00011f44𖩮𖩯𖫵𖬷𖬸𖭄𖺘𛲟𝪈"
+)
+
+# datatrove's PUNCTUATION_SET: its punctuation list, ASCII control characters, and the terminal marks above.
+PUNCTUATION = (
+    frozenset(
+        "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
+        + "".join(map(chr, (*range(0, 9), *range(11, 32), *range(127, 160))))
+    )
+    | TERMINAL_PUNCTUATION
+)
 
 _MAX_VOCABULARY = 4_000_000
 

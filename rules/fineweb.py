@@ -11,15 +11,11 @@ import numpy as np
 import pyarrow as pa
 
 from corpus.rules import Rule, Signal, Span, register
-from corpus.text import DocumentBatch
+from corpus.text import TERMINAL_PUNCTUATION, DocumentBatch
 from rules.gopher_repetition import duplicates
 
-# datatrove's TERMINAL_PUNCTUATION (text.py): sentence-final marks across scripts.
-TERMINAL_PUNCTUATION = tuple(
-    "!.?։؟۔܀܁܂߹।॥၊။።፧፨᙮᜵᜶᠃᠉᥄᥅᪨᪩᪪᪫᭚᭛᭞᭟᰻᰼᱾᱿‼‽⁇⁈⁉⸮⸼꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝꩞꩟꫰꫱꯫﹒﹖﹗！．？"
-    "𐩖𐩗𑁇𑁈𑂾𑂿𑃀𑃁𑅁𑅂𑅃𑇅𑇆𑇍𑇞𑇟𑈸𑈹𑈻𑈼𑊩𑑋𑑌𑗂𑗃𑗉𑗊𑗋𑗌𑗍𑗎𑗏𑗐𑗑𑗒𑗓𑗔𑗕𑗖𑗗𑙁𑙂𑜼𑜽𑜾𑩂𑩃𑪛𑪜𑱁𑱂𖩮𖩯𖫵𖬷𖬸𖭄𛲟𝪈｡。"
-)
 SHORT_LINE_CHARS = 30
+ENDINGS = tuple(TERMINAL_PUNCTUATION)
 
 
 @register
@@ -49,7 +45,7 @@ class FineWeb(Rule):
             lines = [line for line in text.split("\n") if line.strip()]
             if not lines:
                 continue
-            out["line_punct_ratio"][i] = sum(line.endswith(TERMINAL_PUNCTUATION) for line in lines) / len(lines)
+            out["line_punct_ratio"][i] = sum(line.endswith(ENDINGS) for line in lines) / len(lines)
             out["short_line_ratio"][i] = sum(len(line) <= SHORT_LINE_CHARS for line in lines) / len(lines)
             out["char_dup_ratio"][i] = duplicates(lines)[1] / max(len(text) - text.count("\n"), 1)
             out["newline_ratio"][i] = text.count("\n") / words[i]
@@ -59,7 +55,7 @@ class FineWeb(Rule):
         """The first non-empty line without terminal punctuation."""
         position = 0
         for line in text.split("\n"):
-            if line.strip() and not line.endswith(TERMINAL_PUNCTUATION):
+            if line.strip() and not line.endswith(ENDINGS):
                 return Span(position, position + len(line), "line without terminal punctuation")
             position += len(line) + 1
         return None

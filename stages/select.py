@@ -45,6 +45,9 @@ class Threshold:
         if pa.types.is_boolean(values.type):
             values = pc.cast(values, pa.int8())
         value = int(self.value) if isinstance(self.value, bool) else self.value
+        if pa.types.is_floating(values.type):
+            # Compare at the column's precision: float32(0.3) must not count as above a 0.3 threshold.
+            value = pa.scalar(value, type=values.type)
         failed = pc.less(values, value) if self.bound == "min" else pc.greater(values, value)
         return pc.fill_null(failed, False).to_numpy(zero_copy_only=False)
 

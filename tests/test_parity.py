@@ -1,0 +1,171 @@
+"""Our Gopher, C4, FineWeb and URL decisions against datatrove's filters on the same real documents and URLs.
+
+datatrove is the reference FineWeb used; it comes with the `parity` extra. Each filter is compared on its own
+(not as a chain stopping at the first failure), FineWeb on C4's surviving lines as in FineWeb's pipeline.
+Differences come from tokenisation (spaCy's English tokenizer there, a regular expression here) and from
+sentence counting (spaCy's sentencizer there); the goal is >= 99 % agreement per filter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tarfile
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO, SHARED_DATA, shared
+
+from corpus.rules import discover
+from corpus.schema import DOCUMENTS
+from stages.annotate import annotate_documents
+from stages.select import Threshold, select_documents
+
+DOCUMENTS_COMPARED = 2000
+
+
+def _datatrove():
+    try:
+        import datatrove  # noqa: F401
+    except ImportError:
+        reason = "datatrove is not installed (pip install -e '.[parity]')"
+        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(reason + "; CI installs it")
+        pytest.skip(reason)
+
+
+def _real_documents():
+    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = module.real_documents(SHARED_DATA)
+    step = max(table.num_rows // DOCUMENTS_COMPARED, 1)
+    return table.take(np.arange(0, table.num_rows, step)[:DOCUMENTS_COMPARED])
+
+
+def _kept(table: pa.Table, rule: str) -> np.ndarray:
+    defaults = discover()[rule].defaults
+    thresholds = [Threshold(rule, signal, bound, value) for signal, b in defaults.items() for bound, value in b.items()]
+    return np.array(select_documents(table, thresholds)[0].table.column("kept").to_pylist())
+
+
+def _agreement(ours: np.ndarray, theirs: np.ndarray, ids: list[str], name: str) -> float:
+    disagree = np.flatnonzero(ours != theirs)
+    print(
+        f"{name}: {1 - len(disagree) / len(ours):.4f} agreement over {len(ours)}; ours keeps {ours.sum()}, "
+        f"datatrove keeps {theirs.sum()}; disagreements: {[ids[i] for i in disagree[:8]]}"
+    )
+    return 1 - len(disagree) / len(ours)
+
+
+def test_gopher_c4_fineweb_decisions_agree_with_datatrove():
+    _datatrove()
+    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    documents = _real_documents()
+    assert documents.num_rows >= DOCUMENTS_COMPARED
+    texts = documents.column("text").to_pylist()
+    ids = documents.column("id").to_pylist()
+    table = pa.table(
+        {
+            name: documents.column(name) if name in documents.column_names else pa.nulls(len(texts), field.type)
+            for name, field in zip(DOCUMENTS.names, DOCUMENTS, strict=True)
+        },
+        schema=DOCUMENTS,
+    )
+    registry = discover()
+    rules = [registry[name]() for name in ("gopher_repetition", "gopher_quality", "c4", "fineweb")]
+    ours = annotate_documents(table, rules).table
+
+    def verdicts(step, texts):
+        out = []
+        for i, text in enumerate(texts):
+            verdict = step.filter(Document(text=text, id=str(i)))
+            out.append(verdict is True)
+        return np.array(out)
+
+    c4 = C4QualityFilter()
+    c4_texts = []
+    c4_kept = []
+    for i, text in enumerate(texts):
+        doc = Document(text=text, id=str(i))
+        c4_kept.append(c4.filter(doc) is True)
+        c4_texts.append(doc.text)
+    c4_kept = np.array(c4_kept)
+    results = {
+        "gopher_repetition": _agreement(
+            _kept(ours, "gopher_repetition"), verdicts(GopherRepetitionFilter(), texts), ids, "gopher_repetition"
+        ),
+        "gopher_quality": _agreement(
+            _kept(ours, "gopher_quality"), verdicts(GopherQualityFilter(), texts), ids, "gopher_quality"
+        ),
+        "c4": _agreement(_kept(ours, "c4"), c4_kept, ids, "c4"),
+        # FineWeb sees C4's surviving lines in both pipelines: compare on the documents C4 passes.
+        "fineweb": _agreement(
+            _kept(ours, "fineweb")[c4_kept],
+            verdicts(FineWebQualityFilter(), [t for t, kept in zip(c4_texts, c4_kept, strict=True) if kept]),
+            [i for i, kept in zip(ids, c4_kept, strict=True) if kept],
+            "fineweb",
+        ),
+    }
+    print(json.dumps(results))
+    assert all(value >= 0.99 for value in results.values()), results
+
+
+def _real_urls() -> list[str]:
+    from warcio.archiveiterator import ArchiveIterator
+
+    urls = list(json.loads(shared("html-trafilatura-eval/evaldata.json").read_text()))
+    urls += [
+        entry["url"] for entry in json.loads(shared("html-scrapinghub-aeb/ground-truth.json").read_text()).values()
+    ]
+    for warc in sorted(SHARED_DATA.glob("warc-*/*.warc.gz")):
+        with open(warc, "rb") as fh:
+            for record in ArchiveIterator(fh, arc2warc=True):
+                uri = record.rec_headers.get_header("WARC-Target-URI")
+                if uri and uri.strip("<>").startswith("http"):
+                    urls.append(uri.strip("<>"))
+    # And 600 entries of UT1's own URL list, as pages would carry them: both sides must drop these.
+    with tarfile.open(shared("lists-datatrove/url_filterblacklistsv0_3_0.tar.gz")) as tar:
+        listed = tar.extractfile("urls").read().decode().split()
+    urls += [entry if "://" in entry else f"http://{entry}" for entry in listed[::32][:600]]
+    return list(dict.fromkeys(urls))
+
+
+def test_url_decisions_agree_with_datatrove():
+    _datatrove()
+    lists = shared("lists-datatrove")
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import URLFilter
+    from tldextract import TLDExtract
+
+    urls = _real_urls()
+    assert len(urls) >= 2000, len(urls)
+    reference = URLFilter()
+    reference.tldextractor = TLDExtract(suffix_list_urls=())  # the bundled suffix list: no network
+    theirs = np.array(
+        [reference.filter(Document(text="", id=str(i), metadata={"url": u})) is True for i, u in enumerate(urls)]
+    )
+    rule_class = discover()["url"]
+    rule = rule_class(
+        rule_class.Options(
+            blocklist=str(lists / "url_filterblacklistsv0_3_0.tar.gz"),
+            banned_words=str(lists / "banned_words.txt"),
+            banned_subwords=str(lists / "banned_subwords.txt"),
+            soft_banned_words=str(lists / "soft_banned_words.txt"),
+        )
+    )
+    from corpus.text import DocumentBatch
+
+    values = rule.compute(DocumentBatch([""] * len(urls), urls))
+    table = pa.table({"id": urls, **{f"url.{s.name}": pa.array(values[s.name], s.type) for s in rule.signals}})
+    assert _agreement(_kept(table, "url"), theirs, urls, "url") >= 0.99
