@@ -36,11 +36,3 @@ DOCUMENTS = pa.schema(
     ]
 )
 
-
-def describe(schema: pa.Schema) -> str:
-    """A Markdown table of a schema's columns, for the README and `corpus schema`."""
-    lines = ["| column | type | meaning |", "|---|---|---|"]
-    for field in schema:
-        meaning = (field.metadata or {}).get(b"doc", b"").decode()
-        lines.append(f"| `{field.name}` | {field.type} | {meaning} |")
-    return "\n".join(lines)

@@ -141,6 +141,7 @@ def _real_urls() -> list[str]:
     return list(dict.fromkeys(urls))
 
 
+@pytest.mark.filterwarnings("ignore:The 'registered_domain' property is deprecated:DeprecationWarning")
 def test_url_decisions_agree_with_datatrove():
     _datatrove()
     lists = shared("lists-datatrove")
