@@ -35,4 +35,3 @@ DOCUMENTS = pa.schema(
         pa.field("lang_score", pa.float32(), metadata={"doc": "probability of lang"}),
     ]
 )
-

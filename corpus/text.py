@@ -29,7 +29,7 @@ WORD = re.compile(
     |[^\W_]+?(?=['’](?:s|m|re|ll|ve|d)\b)
     |['’](?:s|m|re|ll|ve|d)\b
     |\w+(?:[.'’=]\w+)*
-    |\.{2,}|-{2,}|\\.
+    |\.{2,}|-{2,}|\\\S
     |\S""",
     re.VERBOSE | re.IGNORECASE,
 )
@@ -52,6 +52,24 @@ PUNCTUATION = (
 _MAX_VOCABULARY = 4_000_000
 
 
+def tokenize(text: str) -> list[str]:
+    """`WORD.findall(text)`, ~2.5x faster: whitespace-separated chunks that are plain letters and digits (most
+    of them) are words as they are; only the rest go through the expression. Gives the same words, since every
+    context the expression looks at is inside a chunk or is the whitespace around it."""
+    tokens: list[str] = []
+    append, extend, findall = tokens.append, tokens.extend, WORD.findall
+    chunks = text.split()
+    for chunk in chunks:
+        if chunk.isalnum():
+            append(chunk)
+        else:
+            extend(findall(chunk + " "))  # the space stands for the whitespace after it in the text
+    if chunks and not chunks[-1].isalnum() and not text[-1].isspace():
+        del tokens[len(tokens) - len(findall(chunks[-1] + " ")) :]  # the last chunk has no whitespace after it
+        extend(findall(chunks[-1]))
+    return tokens
+
+
 class Vocabulary:
     """Word -> id for this process, with per-id properties as growing NumPy arrays."""
 
@@ -67,12 +85,14 @@ class Vocabulary:
         self._lower = np.zeros(1024, np.int32)
 
     def lookup(self, words: list[str]) -> np.ndarray:
-        ids = self.ids
-        out = np.empty(len(words), np.int32)
-        for i, word in enumerate(words):
-            found = ids.get(word)
-            out[i] = self._add(word) if found is None else found
-        return out
+        found = list(map(self.ids.get, words))
+        if None in found:
+            for i, word_id in enumerate(found):
+                if word_id is None:
+                    found[i] = self.ids.get(words[i])  # added earlier in this same list
+                    if found[i] is None:
+                        found[i] = self._add(words[i])
+        return np.array(found, np.int32)
 
     def _add(self, word: str) -> int:
         index = len(self.words)
@@ -142,7 +162,7 @@ class DocumentBatch:
 
     @cached_property
     def words(self) -> list[list[str]]:
-        return [WORD.findall(text) for text in self.texts]
+        return [tokenize(text) for text in self.texts]
 
     @cached_property
     def word_offsets(self) -> np.ndarray:

@@ -22,6 +22,7 @@ from corpus.text import DocumentBatch
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+POLICY = re.compile("|".join(map(re.escape, POLICY_PHRASES)))
 SENTENCE_END = re.compile(r"(?<![A-Z])[.!?…。！？]+[\"'”’)\]]*(?=\s|$)")
 MAX_WORD_CHARS = 1000
 MIN_LINE_WORDS = 3
@@ -38,10 +39,11 @@ def c4_lines(text: str) -> tuple[list[str], list[int], int, bool, bool]:
     for index, raw in enumerate(text.splitlines()):
         line = raw.strip()
         words = line.split()
-        if any(len(word) > MAX_WORD_CHARS for word in words):
+        if len(line) > MAX_WORD_CHARS and any(len(word) > MAX_WORD_CHARS for word in words):
             removed.append(index)
             continue
-        line = CITATION.sub("", line)
+        if "[" in line:
+            line = CITATION.sub("", line)
         if not line.endswith(END_PUNCTUATION) or line.endswith("..."):
             removed.append(index)
             continue
@@ -56,7 +58,7 @@ def c4_lines(text: str) -> tuple[list[str], list[int], int, bool, bool]:
             continue
         if "{" in line:
             return kept, removed, sentences, False, True
-        if any(phrase in lower for phrase in POLICY_PHRASES):
+        if POLICY.search(lower):
             removed.append(index)
             continue
         sentences += max(1, len(SENTENCE_END.findall(line)))

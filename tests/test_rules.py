@@ -164,3 +164,48 @@ def test_select_records_first_and_all_failures():
     assert rows[2]["first_failure"] == "r.y.max"
     assert failing == {"r.x.max": 1, "r.y.max": 2}
     assert result.counts.dropped == {"r.x.max": 1, "r.y.max": 1} and result.counts.unaccounted == 0
+
+
+def test_tokenizer_follows_spacy_conventions_and_its_fast_path_changes_nothing():
+    from corpus.text import WORD, tokenize
+
+    text = "I don't know. It's 12:08 now, see https://x.org/a?b=1 -- Mr. Smith paid $5 for U.S. goods... ok \\ r=2.5"
+    assert tokenize(text) == [
+        "I",
+        "do",
+        "n't",
+        "know",
+        ".",
+        "It",
+        "'s",
+        "12:08",
+        "now",
+        ",",
+        "see",
+        "https://x.org/a?b=1",
+        "--",
+        "Mr.",
+        "Smith",
+        "paid",
+        "$",
+        "5",
+        "for",
+        "U.S.",
+        "goods",
+        "...",
+        "ok",
+        "\\",
+        "r=2.5",
+    ]
+    for tail in ("", " ", "Mr.", "end."):
+        assert tokenize(text + tail) == WORD.findall(text + tail)
+
+
+def test_pii_counts_and_masks():
+    text = "Write to jane.doe@example.org or call (555) 123-4567 / +1 555.987.6543; server 192.168.0.12, v1.2.3.4.5."
+    values = signals("pii", [text, "Nothing personal here, version 1.2 of 2024."])
+    assert values["emails"] == [1, 0] and values["phones"] == [2, 0] and values["ip_addresses"] == [1, 0]
+    rule = discover()["pii"]()
+    _, texts = rule.modify(DocumentBatch([text]))
+    assert texts == ["Write to <EMAIL> or call <PHONE> / <PHONE>; server <IP_ADDRESS>, v1.2.3.4.5."]
+    assert rule.offending_span(text, None).label == "email"
