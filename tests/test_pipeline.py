@@ -112,3 +112,28 @@ def test_sample_job_from_the_cli(tmp_path, capsys):
     assert stats["totals"]["unaccounted"] == 0
     langs = pq.read_table(tmp_path / "sample" / "documents", columns=["lang"]).column("lang").to_pylist()
     assert {"en", "fr", "de", "es", "it", "nl", "ru", "ja", "zh"} <= set(langs)
+
+
+def test_new_thresholds_and_new_rules_never_read_the_warc_again(tmp_path):
+    source = tmp_path / "crawl.warc.gz"
+    shutil.copy(SAMPLE_PATH, source)
+    rules = '[annotate]\nrules = ["gopher_quality"]\n'
+    first = run_job(load_job(write_job(tmp_path, [str(source)], tmp_path / "out", rules)), use_ray=False)
+    source.write_bytes(b"not a crawl any more")  # reading it again would change every count
+
+    looser = rules + "[select.gopher_quality]\nwords.min = 10\n"
+    second = run_job(load_job(write_job(tmp_path, [str(source)], tmp_path / "out", looser)), use_ray=False)
+    assert not second["failed_shards"] and second["shards"]["skipped_complete"] == 1
+    assert second["stages"]["read"] == first["stages"]["read"]
+    assert (
+        second["rules"]["gopher_quality.words.min"]["failing"] < first["rules"]["gopher_quality.words.min"]["failing"]
+    )
+    assert second["totals"]["kept"] > first["totals"]["kept"]
+
+    more_rules = '[annotate]\nrules = ["gopher_quality", "fineweb"]\n'
+    third = run_job(load_job(write_job(tmp_path, [str(source)], tmp_path / "out", more_rules)), use_ray=False)
+    assert not third["failed_shards"]
+    assert third["stages"]["read"] == first["stages"]["read"]
+    columns = pq.read_schema(next((tmp_path / "out" / "documents").glob("*.parquet"))).names
+    assert "fineweb.line_punct_ratio" in columns and "gopher_quality.words" in columns
+    assert "fineweb.line_punct_ratio.min" in third["rules"]
