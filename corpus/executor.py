@@ -5,14 +5,18 @@ the same job runs on a laptop and on a cluster. One task per input file: a task 
 stages in batches of `read.batch_size` (1,000) records, so Ray's per-task overhead is paid once per file,
 never per document. Workers report progress to a small actor; the driver only schedules and sums.
 
-A run has two waves: first every shard that is not complete is processed (or, when only the rules changed,
-re-annotated from its stored documents); then every shard is selected with the job's thresholds.
+A run has waves of tasks: first every shard that is not complete is processed (or, when only the rules changed,
+re-annotated from its stored documents); with corpus rules, every shard is summarised, the driver combines the
+summaries (a reduce), and every shard gets its corpus signals; then quantile thresholds are resolved over the
+run and every shard is selected.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import pickle
 import time
 import traceback
 from collections.abc import Callable
@@ -22,11 +26,15 @@ from corpus.outputs import OutputFolder
 from corpus.pipeline import (
     Shard,
     annotate_fingerprint,
+    corpus_annotate_shard,
+    corpus_rules,
     fingerprint,
     plan_shards,
     process_shard,
     reannotate_shard,
     select_shard,
+    stored_signals,
+    summarize_shard,
 )
 from corpus.progress import RunProgress
 from corpus.stats import summarize
@@ -55,19 +63,23 @@ def _ray_progress_actor():
     return ProgressCounter.remote()
 
 
-def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress, worker: str | None) -> dict:
+def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress, worker: str | None, shared):
     if action == "process":
         return process_shard(job, shard, on_progress=on_progress, worker=worker)
     if action == "reannotate":
         return reannotate_shard(job, shard, report, worker=worker)
-    return select_shard(job, shard)
+    if action == "summarize":
+        return summarize_shard(job, shard)
+    if action == "corpus":
+        return corpus_annotate_shard(job, shard, shared["combined"], shared["key"])
+    return select_shard(job, shard, shared["thresholds"])
 
 
-def _ray_task(job: Job, shard: Shard, action: str, report: dict | None, counter) -> dict:
+def _ray_task(job: Job, shard: Shard, action: str, report: dict | None, counter, shared) -> dict:
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    return _work(job, shard, action, report, lambda r, d: counter.add.remote(r, d), f"ray-node:{node}")
+    return _work(job, shard, action, report, lambda r, d: counter.add.remote(r, d), f"ray-node:{node}", shared)
 
 
 def _format_failure(exc: BaseException) -> str:
@@ -78,7 +90,9 @@ def _format_failure(exc: BaseException) -> str:
 Work = tuple[Shard, str, dict | None]  # shard, action, its current report
 
 
-def _run_on_ray(job: Job, work: list[Work], progress: RunProgress | None) -> tuple[dict[str, dict], dict[str, str]]:
+def _run_on_ray(
+    job: Job, work: list[Work], progress: RunProgress | None, shared=None
+) -> tuple[dict[str, dict], dict[str, str]]:
     import ray
 
     if not ray.is_initialized():
@@ -88,7 +102,8 @@ def _run_on_ray(job: Job, work: list[Work], progress: RunProgress | None) -> tup
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
     counter = _ray_progress_actor()
     task = ray.remote(_ray_task).options(num_cpus=job.ray.num_cpus_per_task, max_retries=job.ray.max_retries)
-    pending = {task.remote(job, shard, action, report, counter): shard for shard, action, report in work}
+    shared_ref = ray.put(shared)  # once, not once per task (the corpus summaries can be tens of MB)
+    pending = {task.remote(job, shard, action, report, counter, shared_ref): shard for shard, action, report in work}
     done: dict[str, dict] = {}
     failed: dict[str, str] = {}
     while pending:
@@ -107,7 +122,9 @@ def _run_on_ray(job: Job, work: list[Work], progress: RunProgress | None) -> tup
     return done, failed
 
 
-def _run_inline(job: Job, work: list[Work], progress: RunProgress | None) -> tuple[dict[str, dict], dict[str, str]]:
+def _run_inline(
+    job: Job, work: list[Work], progress: RunProgress | None, shared=None
+) -> tuple[dict[str, dict], dict[str, str]]:
     done: dict[str, dict] = {}
     failed: dict[str, str] = {}
     totals = [0, 0]
@@ -121,13 +138,25 @@ def _run_inline(job: Job, work: list[Work], progress: RunProgress | None) -> tup
     for shard, action, report in work:
         error = None
         try:
-            done[shard.id] = _work(job, shard, action, report, on_progress, None)
+            done[shard.id] = _work(job, shard, action, report, on_progress, None, shared)
         except Exception as exc:  # noqa: BLE001
             error = failed[shard.source] = _format_failure(exc)
             logging.getLogger("corpus").debug(traceback.format_exc())
         if progress:
             progress.shard_finished(shard.id, error)
     return done, failed
+
+
+def resolve_quantiles(job: Job, shards: list[Shard]) -> list:
+    """The job's thresholds with each quantile turned into a value over every complete shard's documents."""
+    import pyarrow as pa
+
+    thresholds = list(job.thresholds)
+    columns = list(dict.fromkeys(t.column for t in thresholds if t.quantile is not None))
+    if not columns or not shards:
+        return thresholds
+    values = pa.concat_tables([stored_signals(job, shard, columns) for shard in shards])
+    return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
 
 
 def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
@@ -168,11 +197,29 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
         reports = [report for report in folder.list_json("shards") if report["id"] in planned]
         for report in reports:
             report["skipped"] = report["id"] in complete and report["id"] not in {s.id for s, _, _ in work}
-        selectable = [(shard, "select", None) for shard in shards if shard.id in {r["id"] for r in reports}]
-        selections, select_failed = (_run_on_ray if use_ray else _run_inline)(job, selectable, None)
+        complete_shards = [shard for shard in shards if shard.id in {r["id"] for r in reports}]
+        runner: Callable = _run_on_ray if use_ray else _run_inline
+        if corpus_rules(job) and complete_shards:
+            summaries, summary_failed = runner(job, [(s, "summarize", None) for s in complete_shards], None)
+            failed.update(summary_failed)
+            complete_shards = [shard for shard in complete_shards if shard.id in summaries]
+            combined = {
+                rule.name: rule.combine([summaries[shard.id][rule.name] for shard in complete_shards])
+                for rule in corpus_rules(job)
+            }
+            key = hashlib.sha256(pickle.dumps(sorted(combined.items(), key=lambda item: item[0]))).hexdigest()[:16]
+            corpus_done, corpus_failed = runner(
+                job, [(s, "corpus", None) for s in complete_shards], None, {"combined": combined, "key": key}
+            )
+            failed.update(corpus_failed)
+            complete_shards = [shard for shard in complete_shards if shard.id in corpus_done]
+        thresholds = resolve_quantiles(job, complete_shards)
+        selections, select_failed = runner(
+            job, [(s, "select", None) for s in complete_shards], None, {"thresholds": thresholds}
+        )
         failed.update(select_failed)
 
-        stats = summarize(job, reports, selections, failed, time.perf_counter() - started)
+        stats = summarize(job, reports, selections, failed, time.perf_counter() - started, thresholds)
         folder.write_json("stats.json", stats)
         folder.write_json(
             "manifest.json",
@@ -181,7 +228,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
                 "fingerprint": fingerprint(job),
                 "annotate_fingerprint": signals,
                 "rules": [name for name, _ in job.rule_settings],
-                "thresholds": [threshold.reason + f" {threshold.value}" for threshold in job.thresholds],
+                "thresholds": {threshold.reason: threshold.value for threshold in thresholds},
                 "schema": "corpus.schema.DOCUMENTS + one column per rule signal",
                 "shards": [
                     {"id": r["id"], "source": r["source"], **(r["documents"] or {})}

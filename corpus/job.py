@@ -255,19 +255,28 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
                 raise JobError(
                     f"{path}: key '{key}': rule {name} has no signal '{signal_name}' (signals: {', '.join(signals)})"
                 )
-            if not isinstance(given, dict) or not set(given) <= {"min", "max"}:
-                raise JobError(f"{path}: key '{key}': expected 'min' and/or 'max', got {given!r}")
+            if not isinstance(given, dict) or not set(given) <= {"min", "max", "min_quantile", "max_quantile"}:
+                raise JobError(f"{path}: key '{key}': expected min, max, min_quantile or max_quantile, got {given!r}")
             is_bool = pa.types.is_boolean(signals[signal_name].type)
             for bound, value in given.items():
                 numeric = isinstance(value, int | float) and not isinstance(value, bool)
-                if (isinstance(value, bool) if is_bool else numeric) is False:
+                if bound.endswith("_quantile"):
+                    if is_bool or not numeric or not 0 <= value <= 1:
+                        raise JobError(
+                            f"{path}: key '{key}.{bound}': expected a number from 0 to 1 on a numeric "
+                            f"signal, got {value!r}"
+                        )
+                elif (isinstance(value, bool) if is_bool else numeric) is False:
                     expected = "true or false" if is_bool else "a number"
                     raise JobError(f"{path}: key '{key}.{bound}': expected {expected}, got {value!r}")
             bounds.setdefault(signal_name, {}).update(given)
         for signal in rule.signals:
+            given = bounds.get(signal.name, {})
             for bound in ("min", "max"):
-                if bound in bounds.get(signal.name, {}):
-                    thresholds.append(Threshold(name, signal.name, bound, bounds[signal.name][bound]))
+                if bound in given:
+                    thresholds.append(Threshold(name, signal.name, bound, given[bound]))
+                if f"{bound}_quantile" in given:
+                    thresholds.append(Threshold(name, signal.name, bound, None, given[f"{bound}_quantile"]))
     if select:
         unselected = next(iter(select))
         raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import socket
 import time
@@ -25,8 +26,9 @@ from corpus import __version__
 from corpus.accounting import StageCounts, check_chain
 from corpus.job import Job
 from corpus.outputs import OutputFolder
-from corpus.rules import Rule, discover
-from stages.annotate import annotate_documents, annotated_schema
+from corpus.rules import CorpusRule, Rule, discover
+from corpus.text import DocumentBatch
+from stages.annotate import annotate_documents, annotated_schema, signal_fields
 from stages.extract import extract_documents
 from stages.read import read_records
 from stages.select import SELECTION, select_documents
@@ -51,6 +53,18 @@ class Shard:
     @property
     def selection_path(self) -> str:
         return f"selection/{self.id}.parquet"
+
+    @property
+    def summary_path(self) -> str:
+        return f"summaries/{self.id}.pkl"
+
+    @property
+    def corpus_signals_path(self) -> str:
+        return f"corpus_signals/{self.id}.parquet"
+
+    @property
+    def corpus_signals_report_path(self) -> str:
+        return f"corpus_signals/_{self.id}.json"  # '_': Parquet readers of the folder skip it
 
 
 def shard_id(source: str) -> str:
@@ -92,6 +106,93 @@ def job_rules(job: Job) -> list[Rule]:
     return _RULES[key]
 
 
+def document_rules(job: Job) -> list[Rule]:
+    """Rules computed document by document in the annotate stage."""
+    return [rule for rule in job_rules(job) if not isinstance(rule, CorpusRule)]
+
+
+def corpus_rules(job: Job) -> list[CorpusRule]:
+    """Rules that need the whole corpus: summarised per shard, combined, then applied per document."""
+    return [rule for rule in job_rules(job) if isinstance(rule, CorpusRule)]
+
+
+def _stored_batches(folder: OutputFolder, shard: Shard, batch_size: int, columns: list[str] | None = None):
+    import pyarrow.parquet as pq
+
+    with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
+        for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns):
+            yield pa.Table.from_batches([batch])
+
+
+def summarize_shard(job: Job, shard: Shard) -> dict:
+    """Each corpus rule's summary of one shard's stored documents (kept in `summaries/<id>.pkl` for resumes)."""
+    folder = OutputFolder(job.output)
+    key = annotate_fingerprint(job)
+    try:
+        with folder.fs.open(folder.path(shard.summary_path), "rb") as fh:
+            stored = pickle.load(fh)
+        if stored["fingerprint"] == key:
+            return stored["summaries"]
+    except FileNotFoundError:
+        pass
+    rules = corpus_rules(job)
+    parts: dict[str, list] = {rule.name: [] for rule in rules}
+    for table in _stored_batches(folder, shard, job.read.batch_size, ["text", "url", "domain", "lang", "lang_score"]):
+        docs = DocumentBatch.from_table(table)
+        for rule in rules:
+            parts[rule.name].append(rule.accumulate(docs))
+    summaries = {rule.name: rule.combine(parts[rule.name]) for rule in rules}
+    folder.write_bytes(shard.summary_path, pickle.dumps({"fingerprint": key, "summaries": summaries}))
+    return summaries
+
+
+def corpus_annotate_shard(job: Job, shard: Shard, combined: dict, key: str) -> dict:
+    """The corpus rules' signals for one shard against the combined summaries: `corpus_signals/<id>.parquet`."""
+    folder = OutputFolder(job.output)
+    done = folder.read_json(shard.corpus_signals_report_path)
+    if done is not None and done["key"] == key:
+        return done
+    rules = corpus_rules(job)
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields(rules)])
+    writer = folder.parquet_writer(shard.corpus_signals_path, schema)
+    try:
+        columns = ["id", "text", "url", "domain", "lang", "lang_score"]
+        for table in _stored_batches(folder, shard, job.read.batch_size, columns):
+            docs = DocumentBatch.from_table(table)
+            arrays = [table.column("id")]
+            for rule in rules:
+                values = rule.corpus_signals(docs, combined[rule.name])
+                arrays += [pa.array(values[signal.name], type=signal.type) for signal in rule.signals]
+            writer.write(pa.Table.from_arrays(arrays, schema=schema))
+        written = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    report = {"id": shard.id, "key": key, "file": written}
+    folder.write_json(shard.corpus_signals_report_path, report)
+    return report
+
+
+def stored_signals(job: Job, shard: Shard, columns: list[str]) -> pa.Table:
+    """`id` and the named signal columns of a shard, from its documents and, for corpus rules, its corpus file."""
+    import pyarrow.parquet as pq
+
+    folder = OutputFolder(job.output)
+    corpus_columns = {rule.column(s.name) for rule in corpus_rules(job) for s in rule.signals}
+    wanted_here = [c for c in columns if c not in corpus_columns]
+    with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
+        table = pq.read_table(fh, columns=["id", *wanted_here])
+    wanted_there = [c for c in columns if c in corpus_columns]
+    if wanted_there:
+        with folder.fs.open(folder.path(shard.corpus_signals_path), "rb") as fh:
+            extra = pq.read_table(fh, columns=["id", *wanted_there])
+        if extra.column("id") != table.column("id"):
+            raise RuntimeError(f"{shard.corpus_signals_path} is out of step with {shard.documents_path}; rerun")
+        for name in wanted_there:
+            table = table.append_column(name, extra.column(name))
+    return table
+
+
 def process_shard(
     job: Job, shard: Shard, on_progress: Callable[[int, int], None] | None = None, worker: str | None = None
 ) -> dict:
@@ -101,7 +202,7 @@ def process_shard(
     """
     started = time.perf_counter()
     folder = OutputFolder(job.output)
-    rules = job_rules(job)
+    rules = document_rules(job)
     totals = {stage: StageCounts(stage) for stage in STAGES}
     writer = folder.parquet_writer(shard.documents_path, annotated_schema(rules))
     try:
@@ -145,7 +246,7 @@ def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = 
 
     started = time.perf_counter()
     folder = OutputFolder(job.output)
-    rules = job_rules(job)
+    rules = document_rules(job)
     counts = StageCounts("annotate")
     writer = folder.parquet_writer(shard.documents_path, annotated_schema(rules))
     try:
@@ -170,18 +271,14 @@ def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = 
     return report
 
 
-def select_shard(job: Job, shard: Shard) -> dict:
-    """Apply the job's thresholds to a shard's stored signals; write `selection/<id>.parquet`.
+def select_shard(job: Job, shard: Shard, thresholds: list) -> dict:
+    """Apply thresholds (quantiles already resolved) to a shard's stored signals; write `selection/<id>.parquet`.
 
     Returns the select stage's counts and, per threshold, how many documents fail it.
     """
-    import pyarrow.parquet as pq
-
     folder = OutputFolder(job.output)
-    columns = ["id", *dict.fromkeys(threshold.column for threshold in job.thresholds)]
-    with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
-        signals = pq.read_table(fh, columns=columns)
-    selected, failing = select_documents(signals, list(job.thresholds))
+    signals = stored_signals(job, shard, list(dict.fromkeys(threshold.column for threshold in thresholds)))
+    selected, failing = select_documents(signals, thresholds)
     writer = folder.parquet_writer(shard.selection_path, SELECTION)
     writer.write(selected.table)
     writer.commit()

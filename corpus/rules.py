@@ -94,6 +94,25 @@ class Rule:
         return None
 
 
+class CorpusRule(Rule):
+    """A rule whose signals depend on the whole corpus (Llama 3's token-distribution outliers, per-domain PII).
+
+    Three steps instead of `compute`: `accumulate` summarises one shard's documents, `combine` merges the
+    summaries of all shards (a reduce on the driver), and `corpus_signals` gives each document its signals
+    against the combined summary. Summaries are stored per shard, so a resumed run only summarises new shards,
+    and the signals are recomputed only when the combined summary changes.
+    """
+
+    def accumulate(self, docs: DocumentBatch):
+        raise NotImplementedError
+
+    def combine(self, summaries: list):
+        raise NotImplementedError
+
+    def corpus_signals(self, docs: DocumentBatch, summary) -> dict[str, Sequence]:
+        raise NotImplementedError
+
+
 _REGISTRY: dict[str, type[Rule]] = {}
 _DISCOVERED = False
 

@@ -23,6 +23,7 @@ def summarize(
     selections: dict[str, dict],
     failed: dict[str, str],
     wall_seconds: float,
+    thresholds: list,
 ) -> dict:
     """Everything a run did, from its shard reports (including shards completed by an earlier attempt) and the
     selection of each shard."""
@@ -82,7 +83,7 @@ def summarize(
                 "failing": failing[threshold.reason],
                 "dropped_first": stages["select"].dropped[threshold.reason] if "select" in stages else 0,
             }
-            for threshold in job.thresholds
+            for threshold in thresholds
         },
         "per_shard": per_shard,
         "throughput": {

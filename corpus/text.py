@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 WORD = re.compile(
     r"""
@@ -68,6 +69,29 @@ def tokenize(text: str) -> list[str]:
         del tokens[len(tokens) - len(findall(chunks[-1] + " ")) :]  # the last chunk has no whitespace after it
         extend(findall(chunks[-1]))
     return tokens
+
+
+FNV_OFFSET = np.uint64(14695981039346656037)
+FNV_PRIME = np.uint64(1099511628211)
+
+
+@njit(cache=True)
+def _fnv1a_spans(data, offsets):
+    out = np.empty(len(offsets) - 1, np.uint64)
+    for k in range(len(offsets) - 1):
+        h = FNV_OFFSET
+        for i in range(offsets[k], offsets[k + 1]):
+            h = (h ^ np.uint64(data[i])) * FNV_PRIME
+        out[k] = h
+    return out
+
+
+def stable_hashes(values: list[str]) -> np.ndarray:
+    """64-bit FNV-1a of each string's UTF-8 bytes: the same in every process and run (unlike `hash`)."""
+    encoded = [value.encode() for value in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return _fnv1a_spans(np.frombuffer(b"".join(encoded) or b"\0", np.uint8), offsets)
 
 
 class Vocabulary:
@@ -140,22 +164,30 @@ class DocumentBatch:
         urls: list[str | None] | None = None,
         langs: list[str | None] | None = None,
         lang_scores: list[float | None] | None = None,
+        domains: list[str | None] | None = None,
     ):
         self.texts = texts
         self.urls = urls if urls is not None else [None] * len(texts)
         self.langs = langs if langs is not None else [None] * len(texts)
         self.lang_scores = lang_scores if lang_scores is not None else [None] * len(texts)
+        self.domains = domains if domains is not None else [None] * len(texts)
 
     @classmethod
     def from_table(cls, table: pa.Table) -> DocumentBatch:
         def optional(name: str):
             return table.column(name).to_pylist() if name in table.column_names else None
 
-        return cls(table.column("text").to_pylist(), optional("url"), optional("lang"), optional("lang_score"))
+        return cls(
+            table.column("text").to_pylist(),
+            optional("url"),
+            optional("lang"),
+            optional("lang_score"),
+            optional("domain"),
+        )
 
     def with_texts(self, texts: list[str]) -> DocumentBatch:
         """The same documents with rewritten texts (after a modifier); views are recomputed lazily."""
-        return DocumentBatch(texts, self.urls, self.langs, self.lang_scores)
+        return DocumentBatch(texts, self.urls, self.langs, self.lang_scores, self.domains)
 
     def __len__(self) -> int:
         return len(self.texts)

@@ -23,11 +23,9 @@ import pyarrow as pa
 from numba import njit
 
 from corpus.rules import FilePath, Rule, RuleOptions, Signal, Span, register
-from corpus.text import DocumentBatch
+from corpus.text import FNV_OFFSET, FNV_PRIME, DocumentBatch, stable_hashes
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
-_FNV_OFFSET = np.uint64(14695981039346656037)
-_FNV_PRIME = np.uint64(1099511628211)
 
 
 @njit(cache=True)
@@ -47,32 +45,13 @@ def _hash_lines(data):
         while b > a and (data[b - 1] == 32 or data[b - 1] == 13 or data[b - 1] == 9):
             b -= 1
         if b > a and data[a] != 35:
-            h = _FNV_OFFSET
+            h = FNV_OFFSET
             for i in range(a, b):
-                h = (h ^ np.uint64(data[i])) * _FNV_PRIME
+                h = (h ^ np.uint64(data[i])) * FNV_PRIME
             out[count] = h
             count += 1
         start = end + 1
     return out[:count]
-
-
-@njit(cache=True)
-def _hash_spans(data, offsets):
-    out = np.empty(len(offsets) - 1, np.uint64)
-    for k in range(len(offsets) - 1):
-        h = _FNV_OFFSET
-        for i in range(offsets[k], offsets[k + 1]):
-            h = (h ^ np.uint64(data[i])) * _FNV_PRIME
-        out[k] = h
-    return out
-
-
-def fnv1a(values: list[str]) -> np.ndarray:
-    """FNV-1a hash of each string's UTF-8 bytes, equal to `_hash_lines` on the same stripped line."""
-    encoded = [value.encode() for value in values]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    return _hash_spans(np.frombuffer(b"".join(encoded) or b"\0", np.uint8), offsets)
 
 
 def _read_list(path: str, member: str) -> bytes:
@@ -178,7 +157,7 @@ class Url(Rule):
         o = self.options
         domains = hashed_list(o.blocklist, "domains")
         urls = hashed_list(*self._url_list_source())
-        dropped = np.unique(fnv1a([d.lower() for d in o.drop_domains]))
+        dropped = np.unique(stable_hashes([d.lower() for d in o.drop_domains]))
         banned, soft, subwords = (
             word_list(o.banned_words),
             word_list(o.soft_banned_words),
@@ -189,11 +168,11 @@ class Url(Rule):
         candidates = [parent_domains(host) for host in hosts]
         flat = [c for cs in candidates for c in cs]
         owner = np.repeat(np.arange(len(docs)), [len(cs) for cs in candidates])
-        flat_hashes = fnv1a(flat)
+        flat_hashes = stable_hashes(flat)
         n = len(docs)
         out = {
             "blocked_domain": np.zeros(n, np.bool_),
-            "blocked_url": _contains(urls, fnv1a([url or "" for url in docs.urls])),
+            "blocked_url": _contains(urls, stable_hashes([url or "" for url in docs.urls])),
             "banned_word": np.zeros(n, np.bool_),
             "soft_banned_words": np.zeros(n, np.int8),
             "banned_subword": np.zeros(n, np.bool_),
@@ -219,7 +198,7 @@ class Url(Rule):
         host = host_of(url)
         domains = hashed_list(o.blocklist, "domains")
         for candidate in parent_domains(host):
-            if _contains(domains, fnv1a([candidate]))[0] or candidate in [d.lower() for d in o.drop_domains]:
+            if _contains(domains, stable_hashes([candidate]))[0] or candidate in [d.lower() for d in o.drop_domains]:
                 at = url.lower().find(candidate)
                 return Span(at, at + len(candidate), "listed domain", in_url=True)
         for word in _NON_ALNUM.split(url):

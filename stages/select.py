@@ -7,7 +7,7 @@ order) as the drop reason, and every failing threshold. Vectorised over Arrow co
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +28,14 @@ SELECTION = pa.schema(
 
 @dataclass(frozen=True)
 class Threshold:
+    """`signal` must not go below (`min`) or above (`max`) `value`. A quantile threshold (`quantile` set, e.g.
+    0.99 for `max_quantile = 0.99`) gets its `value` from the run's own distribution before selection."""
+
     rule: str
     signal: str
     bound: str  # "min" or "max"
-    value: float | int | bool
+    value: float | int | bool | None
+    quantile: float | None = None
 
     @property
     def column(self) -> str:
@@ -39,7 +43,14 @@ class Threshold:
 
     @property
     def reason(self) -> str:
-        return f"{self.rule}.{self.signal}.{self.bound}"
+        return f"{self.rule}.{self.signal}.{self.bound}" + ("_quantile" if self.quantile is not None else "")
+
+    def resolved(self, values: pa.ChunkedArray) -> Threshold:
+        """This threshold with its quantile turned into a value of `values` (all documents of the run)."""
+        if self.quantile is None:
+            return self
+        value = pc.quantile(values, q=self.quantile, interpolation="lower").to_pylist()
+        return replace(self, value=value[0] if value and value[0] is not None else 0.0)
 
     def failing(self, values: pa.ChunkedArray | pa.Array) -> np.ndarray:
         if pa.types.is_boolean(values.type):

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, SHARED_WARC_HTML_RECORDS, write_job
@@ -14,7 +15,7 @@ from corpus.cli import main
 from corpus.executor import StaleOutput, run_job
 from corpus.job import load_job
 from corpus.outputs import OutputFolder, OutputLocked
-from corpus.pipeline import job_rules, shard_id
+from corpus.pipeline import document_rules, shard_id
 from corpus.sample import SAMPLE_PATH, build_sample
 from corpus.schema import DOCUMENTS
 from stages.annotate import annotated_schema
@@ -40,7 +41,7 @@ def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
 def test_outputs_agree_with_the_counts(clean_run):
     job, stats, out = clean_run
     table = pq.read_table(out / "documents")
-    assert table.schema.equals(annotated_schema(job_rules(job)), check_metadata=True)
+    assert table.schema.equals(annotated_schema(document_rules(job)), check_metadata=True)
     assert table.schema.names[: len(DOCUMENTS)] == DOCUMENTS.names
     assert table.num_rows == stats["stages"]["annotate"]["kept"] == stats["stages"]["extract"]["kept"]
     selection = pq.read_table(out / "selection")
@@ -137,3 +138,33 @@ def test_new_thresholds_and_new_rules_never_read_the_warc_again(tmp_path):
     columns = pq.read_schema(next((tmp_path / "out" / "documents").glob("*.parquet"))).names
     assert "fineweb.line_punct_ratio" in columns and "gopher_quality.words" in columns
     assert "fineweb.line_punct_ratio.min" in third["rules"]
+
+
+def test_corpus_rules_reduce_over_shards_and_quantiles_resolve_over_the_run(tmp_path):
+    first, second = tmp_path / "a.warc.gz", tmp_path / "b.warc.gz"
+    data, _ = build_sample()
+    half = len(data) // 2
+    cut = data.index(b"\x1f\x8b\x08", half)  # split the sample at a gzip member: two real shards
+    first.write_bytes(data[:cut])
+    second.write_bytes(data[cut:])
+    rules = '[annotate]\nrules = ["token_distribution"]\n[select.token_distribution]\nkl.max_quantile = 0.9\n'
+    job = load_job(write_job(tmp_path, [str(first), str(second)], tmp_path / "out", rules))
+    stats = run_job(job, use_ray=False)
+    out = tmp_path / "out"
+    signals = pq.read_table(out / "corpus_signals")
+    assert signals.num_rows == stats["stages"]["annotate"]["kept"] == 254
+    kl = signals.column("token_distribution.kl").to_numpy()
+    threshold = stats["rules"]["token_distribution.kl.max_quantile"]
+    assert threshold["value"] == pytest.approx(float(np.quantile(kl, 0.9, method="lower")))
+    assert (
+        threshold["failing"]
+        == int((kl > np.float32(threshold["value"])).sum())
+        == stats["totals"]["dropped"]["token_distribution.kl.max_quantile"]
+    )
+    reports = sorted((out / "corpus_signals").glob("_*.json"))
+    stamps = [p.stat().st_mtime_ns for p in reports]
+
+    looser = rules.replace("0.9", "0.5")
+    again = run_job(load_job(write_job(tmp_path, [str(first), str(second)], out, looser)), use_ray=False)
+    assert [p.stat().st_mtime_ns for p in reports] == stamps  # same corpus: signals not recomputed
+    assert again["totals"]["kept"] < stats["totals"]["kept"]

@@ -209,3 +209,28 @@ def test_pii_counts_and_masks():
     _, texts = rule.modify(DocumentBatch([text]))
     assert texts == ["Write to <EMAIL> or call <PHONE> / <PHONE>; server <IP_ADDRESS>, v1.2.3.4.5."]
     assert rule.offending_span(text, None).label == "email"
+
+
+def test_token_distribution_two_passes():
+    rule = discover()["token_distribution"]()
+    docs = DocumentBatch(["a b", "a b", "c d"])
+    halves = [rule.accumulate(DocumentBatch(["a b", "a b"])), rule.accumulate(DocumentBatch(["c d"]))]
+    corpus = rule.combine(halves)
+    assert corpus[1].sum() == 6 and sorted(corpus[1].tolist()) == [1, 1, 2, 2]
+    values = rule.corpus_signals(docs, corpus)
+    # KL(document || corpus): each word has p = 1/2; q = 2/6 for a and b, 1/6 for c and d.
+    assert values["kl"].tolist() == pytest.approx([np.log(1.5), np.log(1.5), np.log(3)], rel=1e-5)
+    assert values["rare_frac"].tolist() == [1.0, 1.0, 1.0]  # rare = seen at most twice
+    strict = discover()["token_distribution"](discover()["token_distribution"].Options(rare_count=1))
+    assert strict.corpus_signals(docs, corpus)["rare_frac"].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_pii_domains_density_over_the_corpus():
+    rule = discover()["pii_domains"]()
+    shard_a = DocumentBatch(["mail me at a@b.org please", "nothing here at all"], domains=["x.org", "y.org"])
+    shard_b = DocumentBatch(["call 555 123 4567 or c@d.org now"], domains=["x.org"])
+    corpus = rule.combine([rule.accumulate(shard_a), rule.accumulate(shard_b)])
+    assert corpus == {"x.org": (3, 16, 2), "y.org": (0, 4, 1)}  # words: 7 + 9 (e-mails split at @)
+    values = rule.corpus_signals(shard_a, corpus)
+    assert values["per_1k_words"].tolist() == pytest.approx([1000 * 3 / 16, 0.0])
+    assert values["documents"].tolist() == [2, 1]

@@ -1,0 +1,95 @@
+"""Token-distribution outliers: documents whose words are distributed unlike the corpus's.
+
+Llama 3 (Dubey et al. 2024, section 3.1.1): "we use a token-distribution Kullback-Leibler divergence to filter
+out documents containing excessive numbers of outlier tokens compared to the training corpus distribution".
+A first pass counts the corpus's (case-folded, non-punctuation) word unigrams in 2^22 hashed buckets, summed over
+all shards; a second pass gives each document KL(document || corpus) in nats (no smoothing is needed: the
+corpus contains the document) and the share of its words seen at most `rare_count` times in the whole corpus.
+Select the top tail away with a quantile, e.g. `[select.token_distribution] kl.max_quantile = 0.99`, or an
+absolute threshold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from corpus.rules import CorpusRule, RuleOptions, Signal, register
+from corpus.text import VOCABULARY, DocumentBatch, stable_hashes
+
+BUCKETS = 1 << 22
+
+
+def _bucketed_words(docs: DocumentBatch) -> np.ndarray:
+    """Per word of the batch: the bucket of its case-folded form, or -1 for punctuation."""
+    ids = docs.word_ids
+    lower = VOCABULARY.lower[ids]
+    unique, inverse = np.unique(lower, return_inverse=True)
+    buckets = (stable_hashes([VOCABULARY.words[i] for i in unique]) % np.uint64(BUCKETS)).astype(np.int64)
+    out = buckets[inverse]
+    out[VOCABULARY.is_symbol[ids]] = -1
+    return out
+
+
+@njit(cache=True)
+def _divergence(offsets, buckets, corpus, total, rare_count):
+    n_docs = len(offsets) - 1
+    kl = np.zeros(n_docs, np.float32)
+    rare = np.zeros(n_docs, np.float32)
+    for d in range(n_docs):
+        words = buckets[offsets[d] : offsets[d + 1]]
+        words = np.sort(words[words >= 0])
+        n = len(words)
+        if n == 0:
+            continue
+        divergence = 0.0
+        rare_words = 0
+        i = 0
+        while i < n:
+            j = i
+            while j < n and words[j] == words[i]:
+                j += 1
+            p = (j - i) / n
+            q = corpus[words[i]] / total  # > 0: the corpus contains this document
+            divergence += p * np.log(p / q)
+            if corpus[words[i]] <= rare_count:
+                rare_words += j - i
+            i = j
+        kl[d] = divergence
+        rare[d] = rare_words / n
+    return kl, rare
+
+
+@register
+class TokenDistribution(CorpusRule):
+    """KL divergence of a document's word distribution from the corpus's, and its share of rare words (Llama 3)."""
+
+    class Options(RuleOptions):
+        rare_count: int = 2  # a word seen at most this often in the whole corpus is rare
+
+    name = "token_distribution"
+    signals = (
+        Signal("kl", pa.float32(), "KL(document || corpus) over word unigrams, nats"),
+        Signal("rare_frac", pa.float32(), "share of the document's words that are rare in the corpus"),
+    )
+
+    def accumulate(self, docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(buckets, counts), sparse: a shard's summary is as large as its vocabulary, not 2^22 counts."""
+        buckets = _bucketed_words(docs)
+        return np.unique(buckets[buckets >= 0], return_counts=True)
+
+    def combine(self, summaries: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        if not summaries:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        buckets, inverse = np.unique(np.concatenate([b for b, _ in summaries]), return_inverse=True)
+        return buckets, np.bincount(inverse, weights=np.concatenate([c for _, c in summaries])).astype(np.int64)
+
+    def corpus_signals(self, docs: DocumentBatch, summary: tuple[np.ndarray, np.ndarray]) -> dict:
+        buckets, counts = summary
+        corpus = np.zeros(BUCKETS, np.int64)
+        corpus[buckets] = counts
+        kl, rare = _divergence(
+            docs.word_offsets, _bucketed_words(docs), corpus, float(counts.sum()), self.options.rare_count
+        )
+        return {"kl": kl, "rare_frac": rare}
