@@ -1,7 +1,8 @@
 """Every signal of every rule family on >= 5,000 real documents, against datatrove's filter chain, on one core.
 
-Ours: `annotate_documents` with all rules (the UT1 blocklist, FineWeb's word lists and LDNOOBW from
-../shared/data), every signal computed for every document. Peer: datatrove's GopherRepetitionFilter ->
+Ours: every rule (the UT1 blocklist, FineWeb's word lists and LDNOOBW from ../shared/data), every signal of
+every document: the annotate stage's document rules plus both passes of the corpus rules (token distribution,
+PII domains). Peer: datatrove's GopherRepetitionFilter ->
 GopherQualityFilter -> C4QualityFilter -> FineWebQualityFilter chain, which stops at a document's first failing
 filter (so it does less work per document than we do). Goal: ours >= 20x the peer's docs/s.
 
@@ -72,7 +73,19 @@ def our_rules(shared: Path):
         },
         "dirty_words": {"lists": str(shared / "lists-ldnoobw")},
     }
-    order = ["url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb", "olmo2", "dirty_words"]
+    order = [
+        "url",
+        "language",
+        "gopher_repetition",
+        "gopher_quality",
+        "c4",
+        "fineweb",
+        "olmo2",
+        "dirty_words",
+        "pii",
+        "token_distribution",
+        "pii_domains",
+    ]
     return [registry[name](registry[name].Options.model_validate(settings.get(name, {}))) for name in order]
 
 
@@ -122,12 +135,27 @@ def main() -> None:
         },
         schema=DOCUMENTS,
     )
-    annotate_documents(table.slice(0, 50), rules)  # compile the Numba kernels, warm the vocabulary
+    from corpus.rules import CorpusRule
+
+    document_rules = [rule for rule in rules if not isinstance(rule, CorpusRule)]
+    corpus_rules = [rule for rule in rules if isinstance(rule, CorpusRule)]
+    annotate_documents(table.slice(0, 50), document_rules)  # compile the Numba kernels
+    for rule in corpus_rules:
+        small = DocumentBatch.from_table(table.slice(0, 50))
+        rule.corpus_signals(small, rule.combine([rule.accumulate(small)]))
     started = time.perf_counter()
-    signals = 0
-    for offset in range(0, table.num_rows, BATCH):
-        result = annotate_documents(table.slice(offset, BATCH), rules)
-        signals = result.table.num_columns - len(DOCUMENTS)
+    signals = sum(len(rule.signals) for rule in rules)
+    parts: dict[str, list] = {rule.name: [] for rule in corpus_rules}
+    for offset in range(0, table.num_rows, BATCH):  # pass 1: document rules, and corpus summaries
+        annotate_documents(table.slice(offset, BATCH), document_rules)
+        docs = DocumentBatch.from_table(table.slice(offset, BATCH))
+        for rule in corpus_rules:
+            parts[rule.name].append(rule.accumulate(docs))
+    combined = {rule.name: rule.combine(parts[rule.name]) for rule in corpus_rules}
+    for offset in range(0, table.num_rows, BATCH):  # pass 2: corpus rules' signals
+        docs = DocumentBatch.from_table(table.slice(offset, BATCH))
+        for rule in corpus_rules:
+            rule.corpus_signals(docs, combined[rule.name])
     ours_s = time.perf_counter() - started
     ours_rate = table.num_rows / ours_s
 
@@ -136,7 +164,10 @@ def main() -> None:
         started = time.perf_counter()
         for offset in range(0, table.num_rows, BATCH):
             docs = DocumentBatch.from_table(table.slice(offset, BATCH))
-            rule.modify(docs) if rule.modifies_text else rule.compute(docs)
+            if isinstance(rule, CorpusRule):
+                rule.corpus_signals(docs, combined[rule.name])
+            else:
+                rule.modify(docs) if rule.modifies_text else rule.compute(docs)
         per_rule[rule.name] = time.perf_counter() - started
     print(
         "ours, per family alone (each re-tokenising its batch): "

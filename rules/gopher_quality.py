@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from corpus.rules import Rule, Signal, register
-from corpus.text import VOCABULARY, DocumentBatch
+from corpus.text import DocumentBatch
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 
@@ -45,15 +45,16 @@ class GopherQuality(Rule):
 
     def compute(self, docs: DocumentBatch) -> dict:
         ids = docs.word_ids
-        not_symbol = ~VOCABULARY.is_symbol[ids]
-        stop_ids = VOCABULARY.lookup(list(STOP_WORDS))
+        vocabulary = docs.vocabulary
+        not_symbol = ~vocabulary.is_symbol[ids]
+        stop_ids = vocabulary.ids_of(list(STOP_WORDS))
         words = docs.per_document(not_symbol.astype(np.int64))
-        letters = docs.per_document((VOCABULARY.length[ids] * not_symbol).astype(np.int64))
-        with_letter = docs.per_document(VOCABULARY.has_letter[ids].astype(np.int64))
+        letters = docs.per_document((vocabulary.length[ids] * not_symbol).astype(np.int64))
+        with_letter = docs.per_document(vocabulary.has_letter[ids].astype(np.int64))
         tokens = np.maximum(docs.word_counts, 1)
         stop_words = np.zeros(len(docs), np.int8)
         offsets = docs.word_offsets
-        is_stop = np.isin(ids, stop_ids)
+        is_stop = np.isin(ids, stop_ids[stop_ids >= 0])
         for d in np.flatnonzero(docs.per_document(is_stop.astype(np.int64))):
             stop_words[d] = len(np.unique(ids[offsets[d] : offsets[d + 1]][is_stop[offsets[d] : offsets[d + 1]]]))
 

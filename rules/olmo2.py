@@ -13,7 +13,7 @@ import pyarrow as pa
 from numba import njit
 
 from corpus.rules import Rule, Signal, Span, register
-from corpus.text import VOCABULARY, WORD, DocumentBatch
+from corpus.text import WORD, DocumentBatch
 
 MAX_PERIOD = 13
 
@@ -82,9 +82,8 @@ class Olmo2(Rule):
     def compute(self, docs: DocumentBatch) -> dict:
         copies, period, _ = longest_repetition(docs.word_offsets, docs.word_ids, MAX_PERIOD)
         ids = docs.word_ids
-        share = top_word_share(
-            docs.word_offsets, VOCABULARY.lower[ids], ~VOCABULARY.is_symbol[ids], len(VOCABULARY.words)
-        )
+        vocabulary = docs.vocabulary
+        share = top_word_share(docs.word_offsets, vocabulary.lower[ids], ~vocabulary.is_symbol[ids], vocabulary.size)
         return {"max_repeated_ngrams": copies, "repeated_ngram_period": period.astype(np.int8), "top_word_frac": share}
 
     def offending_span(self, text: str, url: str | None) -> Span | None:

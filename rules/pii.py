@@ -21,11 +21,32 @@ IP_ADDRESS = re.compile(
     r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.])"
 )
 PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]?\d{3}[ .-]\d{4}(?!\w)")
+# Quick tests that a text may hold an IP address or a phone number: Python's `re` scans fast for a pattern
+# that starts with a literal, and both full patterns are slow to run at every position of every document.
+_MAY_HOLD_IP = re.compile(r"\.\d{1,3}\.\d{1,3}\.")
+_MAY_HOLD_PHONE = re.compile(r"\d\d\d[ .-]\d\d\d\d")
 PLACEHOLDERS = (
     ("emails", EMAIL, "<EMAIL>"),
     ("ip_addresses", IP_ADDRESS, "<IP_ADDRESS>"),
     ("phones", PHONE, "<PHONE>"),
 )
+
+
+def _is_ip(address: str) -> bool:
+    return all(int(octet) <= 255 and (octet == "0" or not octet.startswith("0")) for octet in address.split("."))
+
+
+def _mask_ips(text: str) -> tuple[str, int]:
+    found = 0
+
+    def mask(match: re.Match) -> str:
+        nonlocal found
+        if _is_ip(match.group()):
+            found += 1
+            return "<IP_ADDRESS>"
+        return match.group()
+
+    return IP_ADDRESS.sub(mask, text), found
 
 
 @register
@@ -49,16 +70,24 @@ class Pii(Rule):
         counts = {name: np.zeros(n, np.int32) for name, _, _ in PLACEHOLDERS}
         masked = []
         for i, text in enumerate(docs.texts):
-            if "@" in text or any(ch.isdigit() for ch in text):
-                for name, pattern, placeholder in PLACEHOLDERS:
-                    text, counts[name][i] = pattern.subn(placeholder, text)
+            if "@" in text:
+                text, counts["emails"][i] = EMAIL.subn("<EMAIL>", text)
+            if _MAY_HOLD_IP.search(text):
+                text, counts["ip_addresses"][i] = _mask_ips(text)
+            if _MAY_HOLD_PHONE.search(text):
+                text, counts["phones"][i] = PHONE.subn("<PHONE>", text)
             masked.append(text)
         total = counts["emails"] + counts["phones"] + counts["ip_addresses"]
         per_1k = (1000 * total / np.maximum(docs.word_counts, 1)).astype(np.float32)
         return {**counts, "per_1k_words": per_1k}, masked
 
     def offending_span(self, text: str, url: str | None) -> Span | None:
-        found = [(m.start(), m.end(), name) for name, pattern, _ in PLACEHOLDERS if (m := pattern.search(text))]
+        found = [
+            (m.start(), m.end(), name)
+            for name, pattern, _ in PLACEHOLDERS
+            for m in pattern.finditer(text)
+            if name != "ip_addresses" or _is_ip(m.group())
+        ]
         if not found:
             return None
         start, end, name = min(found)

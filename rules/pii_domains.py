@@ -15,13 +15,12 @@ import pyarrow as pa
 
 from corpus.rules import CorpusRule, Signal, register
 from corpus.text import DocumentBatch
-from rules.pii import PLACEHOLDERS
+from rules.pii import Pii
 
 
 def _pii_counts(docs: DocumentBatch) -> np.ndarray:
-    return np.array(
-        [sum(len(pattern.findall(text)) for _, pattern, _ in PLACEHOLDERS) for text in docs.texts], np.int64
-    )
+    counts, _ = Pii().modify(docs)
+    return (counts["emails"] + counts["phones"] + counts["ip_addresses"]).astype(np.int64)
 
 
 @register

@@ -16,7 +16,7 @@ import pyarrow as pa
 from numba import njit
 
 from corpus.rules import CorpusRule, RuleOptions, Signal, register
-from corpus.text import VOCABULARY, DocumentBatch, stable_hashes
+from corpus.text import DocumentBatch, stable_hashes
 
 BUCKETS = 1 << 22
 
@@ -24,11 +24,12 @@ BUCKETS = 1 << 22
 def _bucketed_words(docs: DocumentBatch) -> np.ndarray:
     """Per word of the batch: the bucket of its case-folded form, or -1 for punctuation."""
     ids = docs.word_ids
-    lower = VOCABULARY.lower[ids]
+    vocabulary = docs.vocabulary
+    lower = vocabulary.lower[ids]
     unique, inverse = np.unique(lower, return_inverse=True)
-    buckets = (stable_hashes([VOCABULARY.words[i] for i in unique]) % np.uint64(BUCKETS)).astype(np.int64)
-    out = buckets[inverse]
-    out[VOCABULARY.is_symbol[ids]] = -1
+    strings = vocabulary.words.take(pa.array(unique)).to_pylist()
+    out = (stable_hashes(strings) % np.uint64(BUCKETS)).astype(np.int64)[inverse]
+    out[vocabulary.is_symbol[ids]] = -1
     return out
 
 
