@@ -70,7 +70,7 @@ def _sample(args: argparse.Namespace) -> int:
 def _rules_list(args: argparse.Namespace) -> int:
     from corpus.rules import discover
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(soft_wrap=True)
     for name, rule in discover().items():
         console.print(f"[bold]{rule.versioned_name()}[/]  {rule.summary()}")
         for signal in rule.signals:
@@ -130,7 +130,7 @@ def _rules_try(args: argparse.Namespace) -> int:
         settings = dict(job.rule_settings).get(args.rule, {})
         thresholds = [t for t in job.thresholds if t.rule == args.rule]
     rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(soft_wrap=True)
     for name, text, url, lang in _documents_to_try(args.files, args.limit):
         docs = DocumentBatch([text], [url], [lang], [1.0])
         signals = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)

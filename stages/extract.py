@@ -182,6 +182,13 @@ class ExtractionWatchdog:
             self._conn.close()
         self._process = self._conn = None
 
+    def _exit_code(self) -> int | None:
+        """The dead child's exit code (it may not be reaped yet when its end of the socket closes)."""
+        try:
+            return self._process.wait(timeout=5) if self._process else None
+        except subprocess.TimeoutExpired:
+            return None
+
     def _discard(self) -> None:
         """Drop a child that hung, crashed or ran out of memory; the next page starts a fresh one."""
         self.close()
@@ -212,7 +219,7 @@ class ExtractionWatchdog:
             try:
                 status, value = self._conn.recv()
             except (EOFError, OSError):
-                code = self._process.poll() if self._process else None
+                code = self._exit_code()
                 self._discard()
                 results.append(("extract_crashed", f"extractor process died (exit code {code})"))
                 return False

@@ -234,3 +234,28 @@ def test_pii_domains_density_over_the_corpus():
     values = rule.corpus_signals(shard_a, corpus)
     assert values["per_1k_words"].tolist() == pytest.approx([1000 * 3 / 16, 0.0])
     assert values["documents"].tolist() == [2, 1]
+
+
+def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
+    from corpus.cli import main
+
+    assert main(["rules", "list"]) == 0
+    listed = capsys.readouterr().out
+    for rule in discover().values():
+        assert rule.versioned_name() in listed
+    assert "gopher_repetition.dup_line_frac" in listed and "max 0.3" in listed
+
+    spam = tmp_path / "spam.txt"
+    spam.write_text("Intro. " + "buy " * 40 + "now.")
+    page = tmp_path / "page.html"
+    page.write_text(
+        "<html><body><article><p>"
+        + "A calm and ordinary sentence about the weather. " * 12
+        + "</p></article></body></html>"
+    )
+    assert main(["rules", "try", "olmo2", str(spam), str(page)]) == 0
+    shown = capsys.readouterr().out
+    assert "DROP olmo2.max_repeated_ngrams.max, olmo2.top_word_frac.max" in shown
+    assert "olmo2.max_repeated_ngrams = 40" in shown and "40 copies of a 1-gram" in shown
+    assert f"{page}  KEEP" in shown
+    assert main(["rules", "try", "no_such_rule", str(spam)]) == 2
