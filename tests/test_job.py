@@ -33,6 +33,34 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
         ("[warc]\nx = 1\n", "unknown key 'warc'"),
+        (
+            "[annotate]\nrules = ['gopher_qualty']\n",
+            "key 'annotate.rules': unknown rule 'gopher_qualty' (did you mean 'gopher_quality'?)",
+        ),
+        (
+            "[select.gopher_quality]\nwordz.min = 3\n",
+            "key 'select.gopher_quality.wordz': rule gopher_quality has no signal 'wordz'",
+        ),
+        (
+            "[select.gopher_quality]\nwords.below = 3\n",
+            "key 'select.gopher_quality.words': expected min, max, min_quantile or max_quantile",
+        ),
+        (
+            "[select.gopher_quality]\nwords.min = 'many'\n",
+            "key 'select.gopher_quality.words.min': expected a number, got 'many'",
+        ),
+        ("[select.c4]\nlorem_ipsum.max = 0\n", "key 'select.c4.lorem_ipsum.max': expected true or false, got 0"),
+        (
+            "[select.token_distribution]\nkl.max_quantile = 1.5\n",
+            "key 'select.token_distribution.kl.max_quantile': expected a number from 0 to 1",
+        ),
+        (
+            "[select]\nrules = ['c4']\n[select.fineweb]\nnewline_ratio.max = 1\n",
+            "key 'select.fineweb': rule 'fineweb' is not in select.rules",
+        ),
+        ("[rules.url]\nblocklist = 'missing.tar.gz'\n", "key 'rules.url.blocklist': no such file"),
+        ("[rules.language]\nlanguage = ['en']\n", "unknown key 'rules.language.language' (known keys: languages)"),
+        ("[rules.url]\ndrop_domains = 'x.org'\n", "key 'rules.url.drop_domains': Input should be a valid list"),
     ],
 )
 def test_mistakes_name_the_file_and_the_key(tmp_path, body, message):
