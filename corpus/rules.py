@@ -84,6 +84,8 @@ class Rule:
         return f"{cls.name}.{signal}"
 
     def compute(self, docs: DocumentBatch) -> dict[str, Sequence]:
+        if self.modifies_text:
+            return self.modify(docs)[0]
         raise NotImplementedError
 
     def modify(self, docs: DocumentBatch) -> tuple[dict[str, Sequence], list[str]]:

@@ -81,9 +81,6 @@ class C4(Rule):
     )
     defaults = {"sentences": {"min": 5}, "lorem_ipsum": {"max": False}, "curly_bracket": {"max": False}}
 
-    def compute(self, docs: DocumentBatch) -> dict:
-        return self.modify(docs)[0]
-
     def modify(self, docs: DocumentBatch) -> tuple[dict, list[str]]:
         n = len(docs)
         out = {

@@ -62,9 +62,6 @@ class Pii(Rule):
         Signal("per_1k_words", pa.float32(), "all three per 1,000 words"),
     )
 
-    def compute(self, docs: DocumentBatch) -> dict:
-        return self.modify(docs)[0]
-
     def modify(self, docs: DocumentBatch) -> tuple[dict, list[str]]:
         n = len(docs)
         counts = {name: np.zeros(n, np.int32) for name, _, _ in PLACEHOLDERS}
