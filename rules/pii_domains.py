@@ -2,7 +2,8 @@
 
 A per-domain density over the corpus (Dolma and FineWeb mask PII per document; a domain that is mostly
 directories of people is better dropped whole): the first pass sums, per domain, the e-mail addresses, phone
-numbers and IP addresses found (the `pii` rule's expressions) and the words; each document then gets its
+numbers and IP addresses found (the `pii` rule's expressions) and the whitespace-separated words; each document
+then gets its
 domain's PII per 1,000 words and document count. Drop with e.g. `[select.pii_domains] per_1k_words.max = 20`.
 """
 
@@ -34,7 +35,7 @@ class PiiDomains(CorpusRule):
     )
 
     def accumulate(self, docs: DocumentBatch) -> dict[str, tuple[int, int, int]]:
-        pii, words = _pii_counts(docs), docs.word_counts
+        pii, words = _pii_counts(docs), [len(text.split()) for text in docs.texts]
         totals: dict[str, list[int]] = {}
         for domain, p, w in zip(docs.domains, pii, words, strict=True):
             entry = totals.setdefault(domain or "", [0, 0, 0])

@@ -230,9 +230,9 @@ def test_pii_domains_density_over_the_corpus():
     shard_a = DocumentBatch(["mail me at a@b.org please", "nothing here at all"], domains=["x.org", "y.org"])
     shard_b = DocumentBatch(["call 555 123 4567 or c@d.org now"], domains=["x.org"])
     corpus = rule.combine([rule.accumulate(shard_a), rule.accumulate(shard_b)])
-    assert corpus == {"x.org": (3, 16, 2), "y.org": (0, 4, 1)}  # words: 7 + 9 (e-mails split at @)
+    assert corpus == {"x.org": (3, 12, 2), "y.org": (0, 4, 1)}  # whitespace-separated words: 5 + 7
     values = rule.corpus_signals(shard_a, corpus)
-    assert values["per_1k_words"].tolist() == pytest.approx([1000 * 3 / 16, 0.0])
+    assert values["per_1k_words"].tolist() == pytest.approx([1000 * 3 / 12, 0.0])
     assert values["documents"].tolist() == [2, 1]
 
 
