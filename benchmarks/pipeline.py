@@ -76,9 +76,9 @@ def decoded_pages(path: Path) -> list[tuple[str, str]]:
 
 
 def bench_extraction_alone(pages, extractor: str) -> float:
-    from stages.extract import _main_text_function
+    from stages.extract import main_text_function
 
-    extract = _main_text_function(
+    extract = main_text_function(
         extractor, {"favor_precision": True, "include_comments": False, "include_tables": True}
     )
     extract(*pages[0])  # warm imports

@@ -86,7 +86,7 @@ def _documents_to_try(paths: list[str], limit: int):
     """(name, text, url, lang) from text, HTML or documents-Parquet files."""
     import pyarrow.parquet as pq
 
-    from stages.extract import _main_text_function, decode_html, identify_languages
+    from stages.extract import decode_html, identify_languages, main_text_function
 
     for path in paths:
         if path.endswith(".parquet"):
@@ -99,7 +99,7 @@ def _documents_to_try(paths: list[str], limit: int):
         if path.endswith((".html", ".htm")):
             html, _ = decode_html(data, None)
             text = (
-                _main_text_function(
+                main_text_function(
                     "trafilatura", {"favor_precision": True, "include_comments": False, "include_tables": True}
                 )(html, None)
                 or ""

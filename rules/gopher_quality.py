@@ -52,11 +52,11 @@ class GopherQuality(Rule):
         letters = docs.per_document((vocabulary.length[ids] * not_symbol).astype(np.int64))
         with_letter = docs.per_document(vocabulary.has_letter[ids].astype(np.int64))
         tokens = np.maximum(docs.word_counts, 1)
-        stop_words = np.zeros(len(docs), np.int8)
-        offsets = docs.word_offsets
         is_stop = np.isin(ids, stop_ids[stop_ids >= 0])
-        for d in np.flatnonzero(docs.per_document(is_stop.astype(np.int64))):
-            stop_words[d] = len(np.unique(ids[offsets[d] : offsets[d + 1]][is_stop[offsets[d] : offsets[d + 1]]]))
+        document_of_word = np.repeat(np.arange(len(docs)), docs.word_counts)
+        # Distinct (document, stop word) pairs, counted per document.
+        pairs = np.unique(document_of_word[is_stop].astype(np.int64) * vocabulary.size + ids[is_stop])
+        stop_words = np.bincount(pairs // vocabulary.size, minlength=len(docs)).astype(np.int8)
 
         hashes = np.array([text.count("#") for text in docs.texts], np.float32)
         ellipses = np.array([text.count("...") + text.count("…") for text in docs.texts], np.float32)

@@ -75,7 +75,7 @@ def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str]:
 # ---------------------------------------------------------------- extraction (runs in the child)
 
 
-def _main_text_function(extractor: str, options: dict):
+def main_text_function(extractor: str, options: dict):
     if extractor == "trafilatura":
         import trafilatura
 
@@ -107,7 +107,7 @@ def serve_extractor(fd: int) -> None:
     extractor, options, memory_limit_mb = conn.recv()
     limit = memory_limit_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    extract = _main_text_function(extractor, options)
+    extract = main_text_function(extractor, options)
     conn.send("ready")
     while True:
         try:
