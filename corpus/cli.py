@@ -115,16 +115,14 @@ def _rules_try(args: argparse.Namespace) -> int:
 
     from corpus.rules import discover
     from corpus.text import DocumentBatch
-    from stages.select import Threshold
+    from stages.select import default_thresholds
 
     registry = discover()
     if args.rule not in registry:
         print(f"corpus: unknown rule {args.rule!r}; `corpus rules list` shows them", file=sys.stderr)
         return 2
     settings = {}
-    thresholds = [
-        Threshold(args.rule, s, b, v) for s, bs in registry[args.rule].defaults.items() for b, v in bs.items()
-    ]
+    thresholds = default_thresholds(registry[args.rule])
     if args.job:
         job = load_job(args.job)
         settings = dict(job.rule_settings).get(args.rule, {})

@@ -125,7 +125,11 @@ class OutputFolder:
 
 
 class ParquetShardWriter:
-    """Streams row groups to a temporary Parquet file; `commit` publishes it whole, `abort` removes it."""
+    """Streams row groups to a temporary Parquet file; `commit` publishes it whole, `abort` removes it.
+
+    As a context manager it commits when the block ends normally (the result is in `published`) and aborts when
+    it raises, so a failed shard never leaves a file under its final name.
+    """
 
     def __init__(self, folder: OutputFolder, relative: str, schema: pa.Schema):
         self.folder = folder
@@ -136,6 +140,16 @@ class ParquetShardWriter:
         self._file = folder.fs.open(self.temporary, "wb")
         self._writer = pq.ParquetWriter(self._file, schema, compression=PARQUET_COMPRESSION)
         self.rows = 0
+        self.published: dict | None = None
+
+    def __enter__(self) -> ParquetShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self.published = self.commit()
+        else:
+            self.abort()
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows:

@@ -154,9 +154,8 @@ def corpus_annotate_shard(job: Job, shard: Shard, combined: dict, key: str) -> d
         return done
     rules = corpus_rules(job)
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields(rules)])
-    writer = folder.parquet_writer(shard.corpus_signals_path, schema)
-    try:
-        columns = ["id", "text", "url", "domain", "lang", "lang_score"]
+    columns = ["id", "text", "url", "domain", "lang", "lang_score"]
+    with folder.parquet_writer(shard.corpus_signals_path, schema) as writer:
         for table in _stored_batches(folder, shard, job.read.batch_size, columns):
             docs = DocumentBatch.from_table(table)
             arrays = [table.column("id")]
@@ -164,11 +163,7 @@ def corpus_annotate_shard(job: Job, shard: Shard, combined: dict, key: str) -> d
                 values = rule.corpus_signals(docs, combined[rule.name])
                 arrays += [pa.array(values[signal.name], type=signal.type) for signal in rule.signals]
             writer.write(pa.Table.from_arrays(arrays, schema=schema))
-        written = writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-    report = {"id": shard.id, "key": key, "file": written}
+    report = {"id": shard.id, "key": key, "file": writer.published}
     folder.write_json(shard.corpus_signals_report_path, report)
     return report
 
@@ -204,26 +199,24 @@ def process_shard(
     folder = OutputFolder(job.output)
     rules = document_rules(job)
     totals = {stage: StageCounts(stage) for stage in STAGES}
-    writer = folder.parquet_writer(shard.documents_path, annotated_schema(rules))
-    try:
-        with fsspec.open(shard.source, "rb") as stream:
+    with (
+        folder.parquet_writer(shard.documents_path, annotated_schema(rules)) as writer,
+        fsspec.open(shard.source, "rb") as stream,
+    ):
+        read_started = time.perf_counter()
+        for records in read_records(stream, shard.source, job.read):
+            records.counts.seconds = time.perf_counter() - read_started
+            documents = extract_documents(records.table, job.extract)
+            annotated = annotate_documents(documents.table, rules)
+            chain = [records.counts, documents.counts, annotated.counts]
+            check_chain(chain, f"{shard.source}")
+            writer.write(annotated.table)
+            for counts in chain:
+                totals[counts.stage].merge(counts)
+            if on_progress:
+                on_progress(records.counts.received, documents.counts.kept)
             read_started = time.perf_counter()
-            for records in read_records(stream, shard.source, job.read):
-                records.counts.seconds = time.perf_counter() - read_started
-                documents = extract_documents(records.table, job.extract)
-                annotated = annotate_documents(documents.table, rules)
-                chain = [records.counts, documents.counts, annotated.counts]
-                check_chain(chain, f"{shard.source}")
-                writer.write(annotated.table)
-                for counts in chain:
-                    totals[counts.stage].merge(counts)
-                if on_progress:
-                    on_progress(records.counts.received, documents.counts.kept)
-                read_started = time.perf_counter()
-        written = writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    written = writer.published
     report = {
         "id": shard.id,
         "source": shard.source,
@@ -242,23 +235,17 @@ def process_shard(
 
 def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = None) -> dict:
     """Recompute a complete shard's signals from its stored documents, for the job's current rules."""
-    import pyarrow.parquet as pq
 
     started = time.perf_counter()
     folder = OutputFolder(job.output)
     rules = document_rules(job)
     counts = StageCounts("annotate")
-    writer = folder.parquet_writer(shard.documents_path, annotated_schema(rules))
-    try:
-        with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=job.read.batch_size):
-                annotated = annotate_documents(pa.Table.from_batches([batch]), rules)
-                writer.write(annotated.table)
-                counts.merge(annotated.counts)
-        written = writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    with folder.parquet_writer(shard.documents_path, annotated_schema(rules)) as writer:
+        for table in _stored_batches(folder, shard, job.read.batch_size):
+            annotated = annotate_documents(table, rules)
+            writer.write(annotated.table)
+            counts.merge(annotated.counts)
+    written = writer.published
     report = {
         **report,
         "annotate_fingerprint": annotate_fingerprint(job),
@@ -279,7 +266,6 @@ def select_shard(job: Job, shard: Shard, thresholds: list) -> dict:
     folder = OutputFolder(job.output)
     signals = stored_signals(job, shard, list(dict.fromkeys(threshold.column for threshold in thresholds)))
     selected, failing = select_documents(signals, thresholds)
-    writer = folder.parquet_writer(shard.selection_path, SELECTION)
-    writer.write(selected.table)
-    writer.commit()
+    with folder.parquet_writer(shard.selection_path, SELECTION) as writer:
+        writer.write(selected.table)
     return {"id": shard.id, "select": selected.counts.to_dict(), "failing": failing}

@@ -63,6 +63,16 @@ class Threshold:
         return pc.fill_null(failed, False).to_numpy(zero_copy_only=False)
 
 
+def default_thresholds(rule) -> list[Threshold]:
+    """A rule's published thresholds (`rule.defaults`), in its signal order."""
+    return [
+        Threshold(rule.name, signal.name, bound, rule.defaults[signal.name][bound])
+        for signal in rule.signals
+        for bound in ("min", "max")
+        if bound in rule.defaults.get(signal.name, {})
+    ]
+
+
 def select_documents(signals: pa.Table, thresholds: list[Threshold]) -> tuple[StageResult, dict[str, int]]:
     """(selection table `SELECTION` with its counts, documents failing each threshold whatever came first)."""
     started = time.perf_counter()

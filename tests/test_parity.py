@@ -21,7 +21,7 @@ from conftest import REPO, SHARED_DATA, shared
 from corpus.rules import discover
 from corpus.schema import DOCUMENTS
 from stages.annotate import annotate_documents
-from stages.select import Threshold, select_documents
+from stages.select import default_thresholds, select_documents
 
 DOCUMENTS_COMPARED = 2000
 
@@ -46,8 +46,7 @@ def _real_documents():
 
 
 def _kept(table: pa.Table, rule: str) -> np.ndarray:
-    defaults = discover()[rule].defaults
-    thresholds = [Threshold(rule, signal, bound, value) for signal, b in defaults.items() for bound, value in b.items()]
+    thresholds = default_thresholds(discover()[rule])
     return np.array(select_documents(table, thresholds)[0].table.column("kept").to_pylist())
 
 

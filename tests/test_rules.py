@@ -8,7 +8,7 @@ import pytest
 
 from corpus.rules import discover
 from corpus.text import DocumentBatch
-from stages.select import Threshold, select_documents
+from stages.select import Threshold, default_thresholds, select_documents
 
 
 def signals(rule_name: str, texts, urls=None, langs=None, scores=None, **options) -> dict[str, list]:
@@ -27,7 +27,7 @@ def kept_by_defaults(rule_name: str, values: dict[str, list]) -> list[bool]:
             **{f"{rule_name}.{s.name}": pa.array(values[s.name], s.type) for s in rule.signals},
         }
     )
-    thresholds = [Threshold(rule_name, s, b, v) for s, bs in rule.defaults.items() for b, v in bs.items()]
+    thresholds = default_thresholds(rule)
     return select_documents(table, thresholds)[0].table.column("kept").to_pylist()
 
 
