@@ -2,17 +2,13 @@
 
 Rules see a `DocumentBatch`: the texts, URLs and languages, plus lazily computed and cached views: words as a
 CSR of integer ids (`word_offsets`, `word_ids`) with per-id properties in `vocabulary` (length, has a letter,
-is punctuation, lower-case form), which is what the Numba kernels consume. Ids come from Arrow's dictionary
-encoding of the batch's words: equal words have equal ids within a batch; the ids carry no other meaning.
-
-Words follow spaCy's English tokenizer (what datatrove's Gopher, C4 and FineWeb filters count with) closely
-enough for the published thresholds: punctuation is split off, `n't` and `'s` are their own words, numbers like
-12:08 or 3.5 and URLs stay whole. It is a regular expression, ~10x faster than spaCy.
+is punctuation, lower-case form), which is what the Numba kernels consume. Words are split by
+`corpus.words` (spaCy-like, see `WORD`): equal words have equal ids within a batch; the ids carry no other
+meaning.
 """
 
 from __future__ import annotations
 
-import re
 from functools import cached_property
 
 import numpy as np
@@ -20,21 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-WORD = re.compile(
-    r"""
-     https?://\S+|www\.\S+
-    |(?<!\S)[^\w\s]{2,}(?!\S)
-    |(?:[A-Za-z]\.){2,}|\b(?:[A-Z]|Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Ltd|Co|No)\.(?=\s)
-    |[+-]?\d+(?:[.,:/-]\d+)+|\+\d+
-    |[^\W_]+?(?=n['’]t\b)
-    |n['’]t\b
-    |[^\W_]+?(?=['’](?:s|m|re|ll|ve|d)\b)
-    |['’](?:s|m|re|ll|ve|d)\b
-    |\w+(?:[.'’=]\w+)*
-    |\.{2,}|-{2,}|\\\S
-    |\S""",
-    re.VERBOSE | re.IGNORECASE,
-)
+from corpus.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -50,48 +32,6 @@ PUNCTUATION = (
     )
     | TERMINAL_PUNCTUATION
 )
-
-
-_ABBREVIATIONS = frozenset(
-    ("mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no")
-)  # as in WORD, case-insensitively
-_SPLIT_SUFFIX = frozenset(",;:!?).")
-
-
-def tokenize(text: str) -> list[str]:
-    """`WORD.findall(text)`, several times faster, with the same words.
-
-    Whitespace-separated chunks that are plain letters and digits (most of them) are words as they are; a plain
-    word followed by one of , ; : ! ? ) or a full stop (not closing an abbreviation) is those two words; only the
-    rest go through the expression, with a space standing for the whitespace after the chunk. Every context the
-    expression looks at is inside a chunk or is the whitespace around it, so the words are the same (a test
-    compares both on real documents); the last chunk of a text has no whitespace after it and always takes the
-    expression."""
-    tokens: list[str] = []
-    append, extend, findall = tokens.append, tokens.extend, WORD.findall
-    chunks = text.split()
-    last = chunks.pop() if chunks and not text[-1].isspace() else None
-    for chunk in chunks:
-        if chunk.isalnum():
-            append(chunk)
-            continue
-        head, tail = chunk[:-1], chunk[-1]
-        if (
-            tail in _SPLIT_SUFFIX
-            and head.isalnum()
-            and (tail != "." or (len(head) > 1 and head.lower() not in _ABBREVIATIONS))
-        ):
-            append(head)
-            append(tail)
-        else:
-            extend(findall(chunk + " "))
-    if last is not None:
-        extend(findall(last))
-    return tokens
-
-
-FNV_OFFSET = np.uint64(14695981039346656037)
-FNV_PRIME = np.uint64(1099511628211)
 
 
 @njit(cache=True)
@@ -122,12 +62,10 @@ _SYMBOL_ONLY = _symbol_only_pattern()
 
 
 class BatchVocabulary:
-    """The distinct words of one batch (Arrow's dictionary encoding, in C++) and their properties, by word id."""
+    """The distinct words of one batch and their properties by word id, computed over the distinct words only."""
 
-    def __init__(self, words: list[str]):
-        encoded = pa.array(words, pa.string()).dictionary_encode()
-        self.ids = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-        dictionary = encoded.dictionary
+    def __init__(self, distinct: list[str]):
+        dictionary = pa.array(distinct, pa.string())
         n = len(dictionary)
         self.length = pc.utf8_length(dictionary).to_numpy(zero_copy_only=False)
         self.has_letter = pc.match_substring_regex(dictionary, r"\pL").to_numpy(zero_copy_only=False)
@@ -182,23 +120,26 @@ class DocumentBatch:
         return len(self.texts)
 
     @cached_property
-    def words(self) -> list[list[str]]:
-        return [tokenize(text) for text in self.texts]
+    def code_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(all texts' code points end to end as uint32, each text's offset in them): what kernels walk."""
+        return code_points(self.texts)
 
     @cached_property
+    def words(self) -> SplitWords:
+        return SplitWords(self.texts, self.code_points)
+
+    @property
     def word_offsets(self) -> np.ndarray:
-        offsets = np.zeros(len(self.texts) + 1, np.int64)
-        np.cumsum([len(w) for w in self.words], out=offsets[1:])
-        return offsets
+        return self.words.offsets
 
     @cached_property
     def vocabulary(self) -> BatchVocabulary:
-        return BatchVocabulary([word for words in self.words for word in words])
+        return BatchVocabulary(self.words.distinct)
 
-    @cached_property
+    @property
     def word_ids(self) -> np.ndarray:
         """Per word of the batch (CSR by `word_offsets`): its id in `vocabulary`; equal words, equal ids."""
-        return self.vocabulary.ids
+        return self.words.ids
 
     @cached_property
     def word_lengths(self) -> np.ndarray:

@@ -13,7 +13,7 @@ import pyarrow as pa
 from numba import njit
 
 from corpus.rules import Rule, Signal, Span, register
-from corpus.text import WORD, DocumentBatch
+from corpus.text import DocumentBatch
 
 MAX_PERIOD = 13
 
@@ -92,6 +92,6 @@ class Olmo2(Rule):
         copies, period, first = longest_repetition(docs.word_offsets, docs.word_ids, MAX_PERIOD)
         if copies[0] < 2:
             return None
-        matches = list(WORD.finditer(text))
+        spans = docs.words.of_text(0)
         last = first[0] + copies[0] * period[0] - 1
-        return Span(matches[first[0]].start(), matches[last].end(), f"{copies[0]} copies of a {period[0]}-gram")
+        return Span(spans[first[0]][0], spans[last][1], f"{copies[0]} copies of a {period[0]}-gram")

@@ -59,6 +59,18 @@ def _agreement(ours: np.ndarray, theirs: np.ndarray, ids: list[str], name: str) 
     return 1 - len(disagree) / len(ours)
 
 
+def test_word_splitter_gives_exactly_its_expressions_words_on_real_documents():
+    from corpus.words import WORD, SplitWords
+
+    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
+    texts = _real_documents().column("text").to_pylist()
+    words = SplitWords(texts)
+    for i, text in enumerate(texts):
+        ids = words.ids[words.offsets[i] : words.offsets[i + 1]].tolist()
+        assert [words.distinct[j] for j in ids] == WORD.findall(text), f"document {i}"
+        assert [text[start:end] for start, end in words.of_text(i)] == WORD.findall(text), f"document {i}"
+
+
 def test_gopher_c4_fineweb_decisions_agree_with_datatrove():
     _datatrove()
     shared("html-trafilatura-eval/trafilatura-eval.tar.xz")

@@ -1,0 +1,385 @@
+"""The word splitter every rule shares, as one Numba kernel over a whole batch of texts.
+
+`WORD` is the definition: spaCy's English tokenizer conventions (what datatrove's Gopher, C4 and FineWeb filters
+count with), close enough for the published thresholds. Punctuation is split off, `n't` and `'s` are their own
+words, numbers like 12:08 or 3.5 and URLs stay whole. `split_words` gives exactly `WORD.findall`'s words (a test
+compares them on real documents), ~30x faster: it walks the code points of the batch once, tries the
+expression's alternatives in the expression's order at each position, and gives every distinct word an id as it
+goes (a hash table keyed by two independent 64-bit hashes of the word: two words share an id only if both
+collide, odds of about 2^-100 per batch).
+
+The expression is matched per whitespace-separated chunk: none of its alternatives spans whitespace, and what
+its look-arounds see outside a chunk is whitespace or the end of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numba import njit
+
+WORD = re.compile(
+    r"""
+     https?://\S+|www\.\S+
+    |(?<!\S)[^\w\s]{2,}(?!\S)
+    |(?:[A-Za-z]\.){2,}|\b(?:[A-Z]|Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|Inc|Ltd|Co|No)\.(?=\s)
+    |[+-]?\d+(?:[.,:/-]\d+)+|\+\d+
+    |[^\W_]+?(?=n['’]t\b)
+    |n['’]t\b
+    |[^\W_]+?(?=['’](?:s|m|re|ll|ve|d)\b)
+    |['’](?:s|m|re|ll|ve|d)\b
+    |\w+(?:[.'’=]\w+)*
+    |\.{2,}|-{2,}|\\\S
+    |\S""",
+    re.VERBOSE | re.IGNORECASE,
+)
+
+# Character classes as Python's `re` sees them (`\s`, `\w`, `[^\W_]`, `\d`), one bit each, by code point.
+SPACE, WORD_CHAR, ALNUM, DIGIT = 1, 2, 4, 8
+FNV_OFFSET = np.uint64(14695981039346656037)
+FNV_PRIME = np.uint64(1099511628211)
+SECOND_OFFSET, SECOND_PRIME = np.uint64(0x9AE16A3B2F90404F), np.uint64(0xFF51AFD7ED558CCD)  # an independent hash
+ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no")
+
+
+@cache
+def character_classes() -> np.ndarray:
+    """uint8 flags for every code point, found by `re` itself (runs of a class are few, so this is fast)."""
+    every = "".join(map(chr, range(0x110000)))
+    flags = np.zeros(0x110000, np.uint8)
+    for pattern, flag in ((r"\s+", SPACE), (r"\w+", WORD_CHAR), (r"[^\W_]+", ALNUM), (r"\d+", DIGIT)):
+        for match in re.finditer(pattern, every):
+            flags[match.start() : match.end()] |= flag
+    return flags
+
+
+@cache
+def lower_case_table() -> np.ndarray:
+    """uint32 lower-case form of every code point, one for one (Arrow's utf8proc mapping: İ -> i, not i + dot)."""
+    valid = np.r_[np.arange(0xD800), np.arange(0xE000, 0x110000)].astype(np.uint32)
+    lowered = pc.utf8_lower(pa.array([valid.tobytes().decode("utf-32-le")]))[0].as_py()
+    table = np.arange(0x110000, dtype=np.uint32)
+    table[valid] = np.frombuffer(lowered.encode("utf-32-le"), np.uint32)
+    return table
+
+
+def code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(the texts' code points end to end as uint32, offsets of each text in them)."""
+    points = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum([len(text) for text in texts], out=offsets[1:])
+    return points, offsets
+
+
+def _abbreviation_table() -> np.ndarray:
+    table = np.zeros((len(ABBREVIATIONS), 3), np.int32)
+    for row, word in enumerate(ABBREVIATIONS):
+        table[row, : len(word)] = [ord(ch) for ch in word]
+    return table
+
+
+_ABBREVIATION_CODES = _abbreviation_table()
+
+
+@njit(cache=True, inline="always")
+def _fold(c):
+    """The ASCII letter `re` matches `c` with under IGNORECASE (lower case), else `c`: it also folds İ and ı
+    to i, ſ to s and the Kelvin sign to k."""
+    if 65 <= c <= 90:
+        return c + 32
+    if c == 0x130 or c == 0x131:
+        return 105
+    if c == 0x17F:
+        return 115
+    if c == 0x212A:
+        return 107
+    return c
+
+
+@njit(cache=True, inline="always")
+def _is_letter(c):  # [A-Za-z] under IGNORECASE
+    f = _fold(c)
+    return 97 <= f <= 122
+
+
+@njit(cache=True, inline="always")
+def _is_apostrophe(c):
+    return c == 39 or c == 0x2019
+
+
+@njit(cache=True)
+def _boundary_after(cp, flags, q, chunk_end):
+    """`\\b` after a word character at q - 1: the chunk ends or a non-word character follows."""
+    return q == chunk_end or not (flags[cp[q]] & WORD_CHAR)
+
+
+@njit(cache=True)
+def _suffix_end(cp, flags, q, chunk_end):
+    """End of `(?:s|m|re|ll|ve|d)\\b` at q, or -1."""
+    if q >= chunk_end:
+        return -1
+    c = _fold(cp[q])
+    end = -1
+    if c == 115 or c == 109 or c == 100:  # s m d
+        end = q + 1
+    elif q + 1 < chunk_end:
+        d = _fold(cp[q + 1])
+        if (c == 114 and d == 101) or (c == 108 and d == 108) or (c == 118 and d == 101):  # re ll ve
+            end = q + 2
+    if end >= 0 and _boundary_after(cp, flags, end, chunk_end):
+        return end
+    return -1
+
+
+@njit(cache=True)
+def _run_end(cp, flags, q, chunk_end, flag):
+    while q < chunk_end and flags[cp[q]] & flag:
+        q += 1
+    return q
+
+
+@njit(cache=True)
+def _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, chunk_is_symbols):
+    """End of `WORD`'s match at p (its alternatives in order); p is inside the chunk."""
+    c = cp[p]
+    f = _fold(c)
+    flag = flags[c]
+    # https?://\S+ | www\.\S+
+    if (
+        f == 104
+        and p + 3 < chunk_end
+        and _fold(cp[p + 1]) == 116
+        and _fold(cp[p + 2]) == 116
+        and _fold(cp[p + 3]) == 112
+    ):
+        q = p + 4
+        if q < chunk_end and _fold(cp[q]) == 115:
+            q += 1
+        if q + 3 < chunk_end and cp[q] == 58 and cp[q + 1] == 47 and cp[q + 2] == 47:
+            return chunk_end
+    if f == 119 and p + 4 < chunk_end and _fold(cp[p + 1]) == 119 and _fold(cp[p + 2]) == 119 and cp[p + 3] == 46:
+        return chunk_end
+    # (?<!\S)[^\w\s]{2,}(?!\S)
+    if p == chunk_start and chunk_is_symbols and chunk_end - chunk_start >= 2:
+        return chunk_end
+    if _is_letter(c):
+        # (?:[A-Za-z]\.){2,}
+        q = p
+        while q + 1 < chunk_end and _is_letter(cp[q]) and cp[q + 1] == 46:
+            q += 2
+        if q - p >= 4:
+            return q
+        # \b(?:[A-Z]|Mr|...)\.(?=\s)
+        after_boundary = p == chunk_start or not (flags[cp[p - 1]] & WORD_CHAR)
+        if after_boundary and chunk_end < text_end and cp[chunk_end - 1] == 46:
+            length = chunk_end - 1 - p
+            if length == 1:
+                return chunk_end
+            if length <= 3:
+                for row in range(abbreviations.shape[0]):
+                    same = True
+                    for k in range(3):
+                        want = abbreviations[row, k]
+                        if k < length:
+                            if want == 0 or _fold(cp[p + k]) != want:
+                                same = False
+                                break
+                        elif want != 0:
+                            same = False
+                            break
+                    if same:
+                        return chunk_end
+    # [+-]?\d+(?:[.,:/-]\d+)+ | \+\d+
+    q = p + 1 if (c == 43 or c == 45) else p
+    if q < chunk_end and flags[cp[q]] & DIGIT:
+        q = _run_end(cp, flags, q, chunk_end, DIGIT)
+        groups = 0
+        while q + 1 < chunk_end:
+            s = cp[q]
+            if (s == 46 or s == 44 or s == 58 or s == 47 or s == 45) and flags[cp[q + 1]] & DIGIT:
+                q = _run_end(cp, flags, q + 1, chunk_end, DIGIT)
+                groups += 1
+            else:
+                break
+        if groups > 0:
+            return q
+    if c == 43 and p + 1 < chunk_end and flags[cp[p + 1]] & DIGIT:
+        return _run_end(cp, flags, p + 1, chunk_end, DIGIT)
+    if flag & ALNUM:
+        e = _run_end(cp, flags, p, chunk_end, ALNUM)
+        # [^\W_]+?(?=n['’]t\b)
+        if (
+            e - 1 > p
+            and _fold(cp[e - 1]) == 110
+            and e + 1 < chunk_end
+            and _is_apostrophe(cp[e])
+            and _fold(cp[e + 1]) == 116
+            and _boundary_after(cp, flags, e + 2, chunk_end)
+        ):
+            return e - 1
+        # n['’]t\b
+        if (
+            f == 110
+            and p + 2 < chunk_end
+            and _is_apostrophe(cp[p + 1])
+            and _fold(cp[p + 2]) == 116
+            and _boundary_after(cp, flags, p + 3, chunk_end)
+        ):
+            return p + 3
+        # [^\W_]+?(?=['’](?:s|m|re|ll|ve|d)\b)
+        if e < chunk_end and _is_apostrophe(cp[e]) and _suffix_end(cp, flags, e + 1, chunk_end) >= 0:
+            return e
+    # ['’](?:s|m|re|ll|ve|d)\b
+    if _is_apostrophe(c):
+        q = _suffix_end(cp, flags, p + 1, chunk_end)
+        if q >= 0:
+            return q
+    # \w+(?:[.'’=]\w+)*
+    if flag & WORD_CHAR:
+        q = _run_end(cp, flags, p, chunk_end, WORD_CHAR)
+        while q + 1 < chunk_end:
+            s = cp[q]
+            if (s == 46 or _is_apostrophe(s) or s == 61) and flags[cp[q + 1]] & WORD_CHAR:
+                q = _run_end(cp, flags, q + 1, chunk_end, WORD_CHAR)
+            else:
+                break
+        return q
+    # \.{2,} | -{2,} | \\\S
+    if (c == 46 or c == 45) and p + 1 < chunk_end and cp[p + 1] == c:
+        q = p + 2
+        while q < chunk_end and cp[q] == c:
+            q += 1
+        return q
+    if c == 92 and p + 1 < chunk_end:
+        return p + 2
+    return p + 1  # \S
+
+
+@njit(cache=True, inline="always")
+def _home_slot(h, bits):
+    """Fibonacci hashing: the top bits of h times 2^64 / phi (FNV-1a's low bits mix poorly)."""
+    return np.int64((h * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+
+
+@njit(cache=True)
+def _find_or_add(table, bits, h1, h2, value):
+    """The value stored under the 128-bit key (h1, h2), or `value` (> 0) after storing it. `table` rows are
+    (h1, h2, value), 0 = empty; one row per cache line fetch, and no trip to the text to compare words."""
+    mask = (1 << bits) - 1
+    slot = _home_slot(h1, bits)
+    while True:
+        if table[slot, 2] == 0:
+            table[slot, 0] = h1
+            table[slot, 1] = h2
+            table[slot, 2] = value
+            return value
+        if table[slot, 0] == h1 and table[slot, 1] == h2:
+            return table[slot, 2]
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True)
+def _grow(array, size):
+    bigger = np.empty(size, array.dtype)
+    bigger[: len(array)] = array
+    return bigger
+
+
+@njit(cache=True)
+def _split_words(cp, text_offsets, flags, abbreviations):
+    n_texts = len(text_offsets) - 1
+    word_offsets = np.zeros(n_texts + 1, np.int64)
+    capacity = max(16, len(cp) // 4)
+    starts = np.empty(capacity, np.int64)
+    ends = np.empty(capacity, np.int64)
+    ids = np.empty(capacity, np.int32)
+    bits = 12
+    table = np.zeros((1 << bits, 3), np.uint64)
+    id_start = np.empty(1 << 11, np.int64)
+    id_length = np.empty(1 << 11, np.int64)
+    n_words = 0
+    n_ids = 0
+    for t in range(n_texts):
+        text_end = text_offsets[t + 1]
+        i = text_offsets[t]
+        # Arrays grow here, per text, never per word: resizing inside the word loop costs Numba 40 %.
+        needed = n_words + text_end - i  # a text has at most one word per character
+        if needed > len(starts):
+            size = max(needed, 2 * len(starts))
+            starts = _grow(starts, size)
+            ends = _grow(ends, size)
+            ids = _grow(ids, size)
+        needed = n_ids + text_end - i
+        if needed > len(id_start):
+            size = max(needed, 2 * len(id_start))
+            id_start = _grow(id_start, size)
+            id_length = _grow(id_length, size)
+        while i < text_end:
+            if flags[cp[i]] & SPACE:
+                i += 1
+                continue
+            chunk_start = i
+            chunk_is_symbols = True
+            while i < text_end and not (flags[cp[i]] & SPACE):
+                if flags[cp[i]] & WORD_CHAR:
+                    chunk_is_symbols = False
+                i += 1
+            chunk_end = i
+            p = chunk_start
+            while p < chunk_end:
+                q = _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, chunk_is_symbols)
+                h1 = FNV_OFFSET
+                h2 = SECOND_OFFSET
+                for k in range(p, q):
+                    h1 = (h1 ^ np.uint64(cp[k])) * FNV_PRIME
+                    h2 = (h2 ^ np.uint64(cp[k])) * SECOND_PRIME
+                    h2 ^= h2 >> np.uint64(29)
+                word = np.int64(_find_or_add(table, bits, h1, h2, np.uint64(n_ids + 1))) - 1
+                if word == n_ids:
+                    id_start[n_ids] = p
+                    id_length[n_ids] = q - p
+                    n_ids += 1
+                    if 2 * n_ids > len(table):  # keep the table at most half full
+                        bits += 1
+                        old = table
+                        table = np.zeros((1 << bits, 3), np.uint64)
+                        for row in range(len(old)):
+                            if old[row, 2]:
+                                _find_or_add(table, bits, old[row, 0], old[row, 1], old[row, 2])
+                starts[n_words] = p
+                ends[n_words] = q
+                ids[n_words] = word
+                n_words += 1
+                p = q
+        word_offsets[t + 1] = n_words
+    return word_offsets, starts[:n_words], ends[:n_words], ids[:n_words], id_start[:n_ids], id_length[:n_ids]
+
+
+class SplitWords:
+    """The words of a batch of texts: CSR offsets per text, each word's span in the batch's code points and its
+    id, and the distinct words as strings by id (first-seen order)."""
+
+    def __init__(self, texts: list[str], points: tuple[np.ndarray, np.ndarray] | None = None):
+        """`points`: `code_points(texts)`, where the caller has them already."""
+        points_, self.text_offsets = points or code_points(texts)
+        self.offsets, self.starts, self.ends, self.ids, first, lengths = _split_words(
+            points_, self.text_offsets, character_classes(), _ABBREVIATION_CODES
+        )
+        joined = "".join(texts)
+        self.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
+
+    def of_text(self, index: int) -> list[tuple[int, int]]:
+        """(start, end) of each word of one text, in that text's characters."""
+        base = self.text_offsets[index]
+        words = slice(self.offsets[index], self.offsets[index + 1])
+        return list(zip((self.starts[words] - base).tolist(), (self.ends[words] - base).tolist(), strict=True))
+
+
+def split_words(text: str) -> list[str]:
+    """The words of one text (what `WORD.findall(text)` gives)."""
+    words = SplitWords([text])
+    return [words.distinct[i] for i in words.ids.tolist()]
