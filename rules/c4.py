@@ -22,10 +22,23 @@ from corpus.text import DocumentBatch
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")
 POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-POLICY = re.compile("|".join(map(re.escape, POLICY_PHRASES)))
-SENTENCE_END = re.compile(r"(?<![A-Z])[.!?…。！？]+[\"'”’)\]]*(?=\s|$)")
+# A run of sentence-final marks (then closing quotes or brackets) before a space or the end, not right after a
+# capital letter (initials). The expression starts with its marks so that `re` can skip ahead to them.
+SENTENCE_MARKS = ".!?…。！？"
+SENTENCE_END = re.compile(f"[{SENTENCE_MARKS}]+[\"'”’)\\]]*(?=\\s|$)")
+_MARK_SET = frozenset(SENTENCE_MARKS)
 MAX_WORD_CHARS = 1000
 MIN_LINE_WORDS = 3
+
+
+def sentence_count(line: str) -> int:
+    count = 0
+    for match in SENTENCE_END.finditer(line):
+        start = match.start()
+        # after a capital, a run of one mark is an initial; a longer run still ends a sentence from its second mark
+        if start == 0 or not ("A" <= line[start - 1] <= "Z") or match.group()[1:2] in _MARK_SET:
+            count += 1
+    return count
 
 
 def c4_lines(text: str) -> tuple[list[str], list[int], int, bool, bool]:
@@ -38,16 +51,12 @@ def c4_lines(text: str) -> tuple[list[str], list[int], int, bool, bool]:
     sentences = 0
     for index, raw in enumerate(text.splitlines()):
         line = raw.strip()
-        words = line.split()
-        if len(line) > MAX_WORD_CHARS and any(len(word) > MAX_WORD_CHARS for word in words):
+        if len(line) > MAX_WORD_CHARS and any(len(word) > MAX_WORD_CHARS for word in line.split()):
             removed.append(index)
             continue
         if "[" in line:
             line = CITATION.sub("", line)
-        if not line.endswith(END_PUNCTUATION) or line.endswith("..."):
-            removed.append(index)
-            continue
-        if len(words) < MIN_LINE_WORDS:
+        if not line.endswith(END_PUNCTUATION) or line.endswith("...") or len(line.split(maxsplit=2)) < MIN_LINE_WORDS:
             removed.append(index)
             continue
         lower = line.lower()
@@ -58,10 +67,10 @@ def c4_lines(text: str) -> tuple[list[str], list[int], int, bool, bool]:
             continue
         if "{" in line:
             return kept, removed, sentences, False, True
-        if POLICY.search(lower):
+        if any(phrase in lower for phrase in POLICY_PHRASES):
             removed.append(index)
             continue
-        sentences += max(1, len(SENTENCE_END.findall(line)))
+        sentences += max(1, sentence_count(line))
         kept.append(line)
     return kept, removed, sentences, False, False
 

@@ -13,15 +13,26 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from corpus.rules import CorpusRule, Signal, register
 from corpus.text import DocumentBatch
-from rules.pii import Pii
+from corpus.words import SPACE, character_classes
+from rules.pii import mask_pii
 
 
-def _pii_counts(docs: DocumentBatch) -> np.ndarray:
-    counts, _ = Pii().modify(docs)
-    return (counts["emails"] + counts["phones"] + counts["ip_addresses"]).astype(np.int64)
+@njit(cache=True)
+def _whitespace_separated_words(points, text_offsets, flags):
+    """`len(text.split())` of each text."""
+    counts = np.zeros(len(text_offsets) - 1, np.int64)
+    for t in range(len(text_offsets) - 1):
+        in_word = False
+        for i in range(text_offsets[t], text_offsets[t + 1]):
+            space = flags[points[i]] & SPACE
+            if not space and not in_word:
+                counts[t] += 1
+            in_word = not space
+    return counts
 
 
 @register
@@ -35,7 +46,9 @@ class PiiDomains(CorpusRule):
     )
 
     def accumulate(self, docs: DocumentBatch) -> dict[str, tuple[int, int, int]]:
-        pii, words = _pii_counts(docs), [len(text.split()) for text in docs.texts]
+        counts, _ = mask_pii(docs)
+        pii = counts["emails"] + counts["phones"] + counts["ip_addresses"]
+        words = _whitespace_separated_words(*docs.code_points, character_classes())
         totals: dict[str, list[int]] = {}
         for domain, p, w in zip(docs.domains, pii, words, strict=True):
             entry = totals.setdefault(domain or "", [0, 0, 0])

@@ -166,8 +166,9 @@ def test_select_records_first_and_all_failures():
     assert result.counts.dropped == {"r.x.max": 1, "r.y.max": 1} and result.counts.unaccounted == 0
 
 
-def test_tokenizer_follows_spacy_conventions_and_its_fast_path_changes_nothing():
-    from corpus.text import WORD, tokenize
+def test_word_splitter_follows_spacy_conventions_and_matches_its_definition():
+    from corpus.words import WORD
+    from corpus.words import split_words as tokenize
 
     text = "I don't know. It's 12:08 now, see https://x.org/a?b=1 -- Mr. Smith paid $5 for U.S. goods... ok \\ r=2.5"
     assert tokenize(text) == [
@@ -199,6 +200,38 @@ def test_tokenizer_follows_spacy_conventions_and_its_fast_path_changes_nothing()
     ]
     for tail in ("", " ", "Mr.", "end."):
         assert tokenize(text + tail) == WORD.findall(text + tail)
+
+
+def test_word_splitter_equals_its_expression_on_random_tricky_text():
+    """Every alternative of `WORD` and its look-arounds, in random mixes, including the characters Python's
+    case-insensitive matching folds onto ASCII letters (İ ı ſ and the Kelvin sign)."""
+    import random
+
+    from corpus.words import WORD, SplitWords
+
+    rng = random.Random(7)
+    characters = list("aAnNtTsSmMrReEdDlLvVhHpPwWkK.,:/-+_'’=\\ \n\t0123456789{}()!?$…") + list("İıſ\u212aé٣\u00a0中")
+    pieces = ["http://", "HTTPS://", "www.", "Mr.", "mrs.", "Inc.", "U.S.", "n't", "'s", "'RE", "...", "--", "1.2"]
+    texts = [
+        "".join(rng.choice(characters) if rng.random() < 0.7 else rng.choice(pieces) for _ in range(rng.randint(1, 15)))
+        for _ in range(20_000)
+    ]
+    words = SplitWords(texts)
+    for i, text in enumerate(texts):
+        ids = words.ids[words.offsets[i] : words.offsets[i + 1]].tolist()
+        assert [words.distinct[j] for j in ids] == WORD.findall(text), repr(text)
+
+
+def test_character_classes_are_pythons():
+    from corpus.words import ALNUM, DIGIT, SPACE, WORD_CHAR, character_classes
+
+    flags = character_classes()
+    for code in (*range(0x250), 0x0660, 0x00A0, 0x2028, 0x3000, 0x4E2D, 0x1D7CE, 0x110000 - 1):
+        ch = chr(code)
+        assert bool(flags[code] & SPACE) == ch.isspace()
+        assert bool(flags[code] & WORD_CHAR) == (ch.isalnum() or ch == "_")
+        assert bool(flags[code] & ALNUM) == ch.isalnum()
+        assert bool(flags[code] & DIGIT) == ch.isdecimal()
 
 
 def test_pii_counts_and_masks():
@@ -259,3 +292,38 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     assert "olmo2.max_repeated_ngrams = 40" in shown and "40 copies of a 1-gram" in shown
     assert f"{page}  KEEP" in shown
     assert main(["rules", "try", "no_such_rule", str(spam)]) == 2
+
+
+def test_line_and_paragraph_splits_equal_the_expressions_datatrove_splits_with():
+    import random
+    import re
+
+    from rules.gopher_repetition import lines_of, paragraphs_of
+
+    rng = random.Random(3)
+    for _ in range(50_000):
+        text = "".join(rng.choice(["\n", "\n\n", "a", " ", "b\n", "\t"]) for _ in range(rng.randint(0, 10)))
+        assert lines_of(text) == re.split(r"\n+", text), repr(text)
+        assert paragraphs_of(text) == re.split(r"\n{2,}", text.strip()), repr(text)
+
+
+def test_c4_sentence_count_skips_initials_after_capitals():
+    from rules.c4 import sentence_count
+
+    assert sentence_count("Mr. J. Smith went home. Then he slept!") == 3  # 'J.' is an initial, 'Mr.' is not
+    assert sentence_count('He left the U.S.A.. "Really?" she said (twice).') == 3
+    assert sentence_count("No end mark here") == 0
+
+
+def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_in():
+    import random
+    import re
+
+    from corpus.words import character_classes
+    from rules.pii import _may_hold
+
+    rng = random.Random(5)
+    texts = ["".join(rng.choice("1234 .-a٣") for _ in range(rng.randint(0, 14))) for _ in range(20_000)]
+    phone, ip = _may_hold(*DocumentBatch(texts).code_points, character_classes())
+    assert phone.tolist() == [bool(re.search(r"\d\d\d[ .-]\d\d\d\d", t)) for t in texts]
+    assert ip.tolist() == [bool(re.search(r"\.\d{1,3}\.\d{1,3}\.", t)) for t in texts]
