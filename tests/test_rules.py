@@ -256,6 +256,10 @@ def test_token_distribution_two_passes():
     assert values["rare_frac"].tolist() == [1.0, 1.0, 1.0]  # rare = seen at most twice
     strict = discover()["token_distribution"](discover()["token_distribution"].Options(rare_count=1))
     assert strict.corpus_signals(docs, corpus)["rare_frac"].tolist() == [0.0, 0.0, 1.0]
+    # words are runs of letters, digits and '_', case-folded: these two texts have the same distribution
+    folded = [rule.accumulate(DocumentBatch([text])) for text in ("A b, a_1!", "a B a_1")]
+    assert [part.tolist() for part in folded[0]] == [part.tolist() for part in folded[1]]
+    assert sorted(folded[0][1].tolist()) == [1, 1, 1]
 
 
 def test_pii_domains_density_over_the_corpus():
