@@ -28,6 +28,7 @@ from corpus.pipeline import (
     annotate_fingerprint,
     corpus_annotate_shard,
     corpus_rules,
+    dedup_candidates,
     fingerprint,
     plan_shards,
     process_shard,
@@ -38,6 +39,7 @@ from corpus.pipeline import (
 )
 from corpus.progress import RunProgress
 from corpus.stats import summarize
+from stages.dedup import Candidates, find_duplicates
 
 
 class StaleOutput(JobError):
@@ -72,7 +74,9 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
         return summarize_shard(job, shard)
     if action == "corpus":
         return corpus_annotate_shard(job, shard, shared["combined"], shared["key"])
-    return select_shard(job, shard, shared["thresholds"])
+    if action == "dedup_candidates":
+        return dedup_candidates(job, shard, shared["thresholds"])
+    return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
 def _ray_task(job: Job, shard: Shard, action: str, report: dict | None, counter, shared) -> dict:
@@ -159,6 +163,32 @@ def resolve_quantiles(job: Job, shards: list[Shard]) -> list:
     return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
 
 
+def deduplicate(job: Job, parts: list[tuple[str, dict]]) -> dict[str, dict]:
+    """Every shard's dedup decisions, found over the selected documents of all shards together (on the driver:
+    ~150 bytes per selected document with MinHash)."""
+    import numpy as np
+
+    candidates = Candidates(
+        ids=[doc_id for _, part in parts for doc_id in part["ids"]],
+        shard_sizes=[len(part["ids"]) for _, part in parts],
+        keys={step: np.concatenate([part["keys"][step] for _, part in parts]) for step in job.dedup.steps},
+        dates=np.concatenate([part["dates"] for _, part in parts]),
+        lengths=np.concatenate([part["lengths"] for _, part in parts]),
+    )
+    found = find_duplicates(candidates, job.dedup.steps)
+    decisions = {}
+    start = 0
+    for (shard_id, _), size in zip(parts, candidates.shard_sizes, strict=True):
+        rows = slice(start, start + size)
+        decisions[shard_id] = {
+            "step_of": found.step[rows],
+            "duplicate_of": [candidates.ids[i] for i in found.duplicate_of[rows].tolist()],
+            "cluster_size": found.cluster_size[rows],
+        }
+        start += size
+    return decisions
+
+
 def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
     """Run (or resume) a job; returns its stats, also written to `stats.json` in the output folder."""
     folder = OutputFolder(job.output)
@@ -214,8 +244,16 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
             failed.update(corpus_failed)
             complete_shards = [shard for shard in complete_shards if shard.id in corpus_done]
         thresholds = resolve_quantiles(job, complete_shards)
+        duplicates: dict[str, dict | None] = {shard.id: None for shard in complete_shards}
+        if job.dedup.steps and complete_shards:
+            parts, dedup_failed = runner(
+                job, [(s, "dedup_candidates", None) for s in complete_shards], None, {"thresholds": thresholds}
+            )
+            failed.update(dedup_failed)
+            complete_shards = [shard for shard in complete_shards if shard.id in parts]
+            duplicates = deduplicate(job, [(shard.id, parts[shard.id]) for shard in complete_shards])
         selections, select_failed = runner(
-            job, [(s, "select", None) for s in complete_shards], None, {"thresholds": thresholds}
+            job, [(s, "select", duplicates[s.id]) for s in complete_shards], None, {"thresholds": thresholds}
         )
         failed.update(select_failed)
 

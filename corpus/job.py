@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import fsspec
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class JobError(Exception):
@@ -56,6 +56,38 @@ class AnnotateOptions(_Section):
     rules: list[str] | None = Field(None, description="rules to compute, in order; default: every registered rule")
 
 
+class MinHashOptions(_Section):
+    ngram: int = Field(5, ge=1, description="words per shingle (lower-cased runs of letters and digits)")
+    permutations: int = Field(112, ge=1, le=1024, description="MinHash values stored per document")
+    bands: int = Field(14, ge=1, description="LSH bands: documents equal in any band are candidates")
+    rows: int = Field(8, ge=1, description="MinHash values per band")
+    threshold: float | None = Field(
+        None, gt=0, lt=1, description="Jaccard threshold: bands x rows then come from datasketch's optimal search"
+    )
+    seed: int = Field(1, description="seed of the hash functions")
+
+    @model_validator(mode="after")
+    def _bands_fit(self) -> MinHashOptions:
+        bands, rows = self.bands_rows()
+        if bands * rows > self.permutations:
+            raise ValueError(f"bands x rows = {bands * rows} is more than permutations = {self.permutations}")
+        return self
+
+    def bands_rows(self) -> tuple[int, int]:
+        if self.threshold is None:
+            return self.bands, self.rows
+        from datasketch.lsh import _optimal_param
+
+        return _optimal_param(self.threshold, self.permutations, 0.5, 0.5)
+
+
+class DedupOptions(_Section):
+    steps: list[Literal["url", "exact", "minhash"]] = Field(
+        default_factory=list, description="dedup steps over the selected documents, in order"
+    )
+    minhash: MinHashOptions = MinHashOptions()
+
+
 class RayOptions(_Section):
     num_cpus_per_task: float = Field(1.0, gt=0)
     max_retries: int = Field(3, ge=0, description="retries of a shard task whose worker died")
@@ -73,6 +105,7 @@ class Job(_Section):
     annotate: AnnotateOptions = AnnotateOptions()
     rules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="settings per rule: [rules.NAME]")
     select: dict[str, Any] = Field(default_factory=dict, description="thresholds: [select.RULE] SIGNAL.min/max")
+    dedup: DedupOptions = DedupOptions()
     ray: RayOptions = RayOptions()
 
     # Filled in by load_job, not by the file.

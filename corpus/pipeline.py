@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from corpus import __version__
 from corpus.accounting import StageCounts, check_chain
@@ -29,12 +31,13 @@ from corpus.outputs import OutputFolder
 from corpus.rules import CorpusRule, Rule, discover
 from corpus.text import DocumentBatch
 from stages.annotate import annotate_documents, annotated_schema, signal_fields
+from stages.dedup import add_dedup_keys, apply_duplicates, key_fields, step_keys
 from stages.extract import extract_documents
 from stages.read import read_records
 from stages.select import SELECTION, select_documents
 
 STAGES = ("read", "extract", "annotate")
-ALL_STAGES = (*STAGES, "select")
+ALL_STAGES = (*STAGES, "select", "dedup")
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,21 @@ def fingerprint(job: Job) -> str:
 
 
 def annotate_fingerprint(job: Job) -> str:
-    """Hash of the rules computed, their versions and settings: signals made under another one are recomputed."""
+    """Hash of the rules computed, their versions and settings, and of the dedup keys stored: signals made under
+    another one are recomputed. Dedup's bands and rows are not in it: they only regroup stored signatures."""
     registry = discover()
     rules = [(registry[name].versioned_name(), options) for name, options in job.rule_settings]
-    return hashlib.sha256(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:16]
+    keys = [field.name for field in key_fields(job.dedup)]
+    if "minhash" in job.dedup.steps:
+        minhash = job.dedup.minhash
+        keys.append({"ngram": minhash.ngram, "permutations": minhash.permutations, "seed": minhash.seed})
+    content = {"rules": rules, "dedup_keys": keys} if keys else rules  # without dedup: as before dedup existed
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def documents_schema(job: Job) -> pa.Schema:
+    """The stored documents: `DOCUMENTS`, one column per document-rule signal, then the dedup keys."""
+    return pa.schema([*annotated_schema(document_rules(job)), *key_fields(job.dedup)])
 
 
 _RULES: dict[str, list[Rule]] = {}
@@ -200,7 +214,7 @@ def process_shard(
     rules = document_rules(job)
     totals = {stage: StageCounts(stage) for stage in STAGES}
     with (
-        folder.parquet_writer(shard.documents_path, annotated_schema(rules)) as writer,
+        folder.parquet_writer(shard.documents_path, documents_schema(job)) as writer,
         fsspec.open(shard.source, "rb") as stream,
     ):
         read_started = time.perf_counter()
@@ -210,7 +224,7 @@ def process_shard(
             annotated = annotate_documents(documents.table, rules)
             chain = [records.counts, documents.counts, annotated.counts]
             check_chain(chain, f"{shard.source}")
-            writer.write(annotated.table)
+            writer.write(add_dedup_keys(annotated.table, job.dedup))
             for counts in chain:
                 totals[counts.stage].merge(counts)
             if on_progress:
@@ -240,10 +254,10 @@ def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = 
     folder = OutputFolder(job.output)
     rules = document_rules(job)
     counts = StageCounts("annotate")
-    with folder.parquet_writer(shard.documents_path, annotated_schema(rules)) as writer:
+    with folder.parquet_writer(shard.documents_path, documents_schema(job)) as writer:
         for table in _stored_batches(folder, shard, job.read.batch_size):
             annotated = annotate_documents(table, rules)
-            writer.write(annotated.table)
+            writer.write(add_dedup_keys(annotated.table, job.dedup))
             counts.merge(annotated.counts)
     written = writer.published
     report = {
@@ -258,14 +272,40 @@ def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = 
     return report
 
 
-def select_shard(job: Job, shard: Shard, thresholds: list) -> dict:
-    """Apply thresholds (quantiles already resolved) to a shard's stored signals; write `selection/<id>.parquet`.
+def _rule_selection(job: Job, shard: Shard, thresholds: list, extra_columns: list[str] = ()):
+    columns = list(dict.fromkeys([*(threshold.column for threshold in thresholds), *extra_columns]))
+    signals = stored_signals(job, shard, columns)
+    return signals, *select_documents(signals, thresholds)
 
-    Returns the select stage's counts and, per threshold, how many documents fail it.
+
+def dedup_candidates(job: Job, shard: Shard, thresholds: list) -> dict:
+    """What dedup needs of a shard's selected documents: ids, each step's keys, crawl dates and text lengths."""
+    key_columns = [field.name for field in key_fields(job.dedup)]
+    signals, selected, _ = _rule_selection(job, shard, thresholds, [*key_columns, "date", "text"])
+    kept = signals.filter(selected.table.column("kept"))
+    dates = kept.column("date").cast(pa.int64()).fill_null(0).to_numpy()
+    return {
+        "ids": kept.column("id").to_pylist(),
+        "keys": step_keys(kept, job.dedup),
+        "dates": dates,
+        "lengths": pc.utf8_length(kept.column("text")).to_numpy().astype(np.int64),
+    }
+
+
+def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | None = None) -> dict:
+    """Apply thresholds (quantiles already resolved) to a shard's stored signals, then dedup's decisions for the
+    documents they keep (`duplicates`, from `find_duplicates`); write `selection/<id>.parquet`.
+
+    Returns the select (and dedup) stage's counts and, per threshold, how many documents fail it.
     """
     folder = OutputFolder(job.output)
-    signals = stored_signals(job, shard, list(dict.fromkeys(threshold.column for threshold in thresholds)))
-    selected, failing = select_documents(signals, thresholds)
+    _, selected, failing = _rule_selection(job, shard, thresholds)
+    result = {"id": shard.id, "select": selected.counts.to_dict(), "failing": failing}
+    table = selected.table
+    if duplicates is not None:
+        deduped = apply_duplicates(table, job.dedup.steps, **duplicates)
+        table = deduped.table
+        result["dedup"] = deduped.counts.to_dict()
     with folder.parquet_writer(shard.selection_path, SELECTION) as writer:
-        writer.write(selected.table)
-    return {"id": shard.id, "select": selected.counts.to_dict(), "failing": failing}
+        writer.write(table)
+    return result

@@ -17,6 +17,20 @@ def stage_counts(report: dict) -> list[StageCounts]:
     return [StageCounts.from_dict(stage, report["stages"][stage]) for stage in STAGES]
 
 
+def _dedup_summary(job: Job, counts: StageCounts | None) -> dict | None:
+    if not job.dedup.steps:
+        return None
+    summary = {
+        "steps": list(job.dedup.steps),
+        "received": counts.received if counts else None,
+        "dropped": dict(counts.dropped) if counts else None,
+    }
+    if "minhash" in job.dedup.steps:
+        bands, rows = job.dedup.minhash.bands_rows()
+        summary["minhash"] = {**job.dedup.minhash.model_dump(), "bands": bands, "rows": rows}
+    return summary
+
+
 def summarize(
     job: Job,
     reports: list[dict],
@@ -37,6 +51,8 @@ def summarize(
         if selection is not None:
             chain.append(StageCounts.from_dict("select", selection["select"]))
             failing.update(selection["failing"])
+            if "dedup" in selection:
+                chain.append(StageCounts.from_dict("dedup", selection["dedup"]))
         check_chain(chain, f"shard {report['id']}")
         for counts in chain:
             stages[counts.stage].merge(counts)
@@ -44,6 +60,8 @@ def summarize(
         per_shard[report["id"]] = {"source": report["source"], "stages": {c.stage: c.to_dict() for c in chain}}
     if len(selections) < len(reports):
         del stages["select"]  # a shard failed selection: totals stop at annotate, and the run reports it
+    if "select" not in stages or not job.dedup.steps:
+        del stages["dedup"]
 
     chain = list(stages.values())
     records = chain[0].received if chain else 0
@@ -85,6 +103,7 @@ def summarize(
             }
             for threshold in thresholds
         },
+        "dedup": _dedup_summary(job, stages.get("dedup")),
         "per_shard": per_shard,
         "throughput": {
             "wall_seconds": round(wall_seconds, 3),

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points
+from corpus.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points, folded_word_hashes
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -123,6 +123,11 @@ class DocumentBatch:
     def code_points(self) -> tuple[np.ndarray, np.ndarray]:
         """(all texts' code points end to end as uint32, each text's offset in them): what kernels walk."""
         return code_points(self.texts)
+
+    @cached_property
+    def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
+        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.words.folded_word_hashes`."""
+        return folded_word_hashes(*self.code_points)
 
     @cached_property
     def words(self) -> SplitWords:

@@ -359,6 +359,34 @@ def _split_words(cp, text_offsets, flags, abbreviations):
     return word_offsets, starts[:n_words], ends[:n_words], ids[:n_words], id_start[:n_ids], id_length[:n_ids]
 
 
+@njit(cache=True)
+def _folded_word_hashes(points, text_offsets, flags, lower):
+    offsets = np.zeros(len(text_offsets), np.int64)
+    hashes = np.empty(len(points) // 2 + len(text_offsets), np.uint64)  # a run ends at a separator or a text end
+    n = 0
+    for t in range(len(text_offsets) - 1):
+        i, end = text_offsets[t], text_offsets[t + 1]
+        while i < end:
+            if not flags[points[i]] & WORD_CHAR:
+                i += 1
+                continue
+            h = FNV_OFFSET
+            while i < end and flags[points[i]] & WORD_CHAR:
+                h = (h ^ np.uint64(lower[points[i]])) * FNV_PRIME
+                i += 1
+            hashes[n] = h
+            n += 1
+        offsets[t + 1] = n
+    return offsets, hashes[:n]
+
+
+def folded_word_hashes(points: np.ndarray, text_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(CSR offsets per text, FNV-1a hash of each word): words are runs of word characters (`\\w+`), lower-cased
+    code point by code point, so punctuation and spacing do not matter. For rules and dedup that need no parity
+    with another tokenizer."""
+    return _folded_word_hashes(points, text_offsets, character_classes(), lower_case_table())
+
+
 class SplitWords:
     """The words of a batch of texts: CSR offsets per text, each word's span in the batch's code points and its
     id, and the distinct words as strings by id (first-seen order)."""

@@ -22,6 +22,8 @@ SELECTION = pa.schema(
         pa.field("kept", pa.bool_(), nullable=False),
         pa.field("first_failure", pa.string(), metadata={"doc": "rule.signal.bound that dropped it first"}),
         pa.field("failures", pa.list_(pa.string()), metadata={"doc": "every rule.signal.bound it fails"}),
+        pa.field("duplicate_of", pa.string(), metadata={"doc": "id of the document its dedup step kept instead"}),
+        pa.field("cluster_size", pa.int32(), metadata={"doc": "documents in its cluster at its last dedup step"}),
     ]
 )
 
@@ -86,7 +88,14 @@ def select_documents(signals: pa.Table, thresholds: list[Threshold]) -> tuple[St
     first_failure = [reasons[f] if f >= 0 else None for f in first]
     failures = [[reasons[t] for t in np.flatnonzero(failing[:, d])] for d in range(n)]
     table = pa.Table.from_pydict(
-        {"id": signals.column("id"), "kept": ~any_failure, "first_failure": first_failure, "failures": failures},
+        {
+            "id": signals.column("id"),
+            "kept": ~any_failure,
+            "first_failure": first_failure,
+            "failures": failures,
+            "duplicate_of": pa.nulls(n, pa.string()),
+            "cluster_size": pa.nulls(n, pa.int32()),
+        },
         schema=SELECTION,
     )
     counts = StageCounts(STAGE, received=n, kept=int((~any_failure).sum()))

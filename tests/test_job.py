@@ -33,6 +33,11 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
         ("[warc]\nx = 1\n", "unknown key 'warc'"),
+        ("[dedup]\nsteps = ['fuzzy']\n", "key 'dedup.steps.0': Input should be 'url', 'exact' or 'minhash'"),
+        (
+            "[dedup.minhash]\nbands = 20\nrows = 8\n",
+            "key 'dedup.minhash': Value error, bands x rows = 160 is more than permutations = 112",
+        ),
         (
             "[annotate]\nrules = ['gopher_qualty']\n",
             "key 'annotate.rules': unknown rule 'gopher_qualty' (did you mean 'gopher_quality'?)",
@@ -127,10 +132,18 @@ def test_shipped_job_files_are_valid():
 
 
 def test_readme_documents_every_job_key():
-    from corpus.job import INTERNAL_FIELDS, AnnotateOptions, ExtractOptions, RayOptions, ReadOptions
+    from corpus.job import (
+        INTERNAL_FIELDS,
+        AnnotateOptions,
+        DedupOptions,
+        ExtractOptions,
+        MinHashOptions,
+        RayOptions,
+        ReadOptions,
+    )
 
     readme = (REPO / "README.md").read_text()
-    sections = {"read", "extract", "ray", "annotate", "rules", "select"}
+    sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
     for key in ("[rules.NAME]", "[select] rules", "[select.RULE]"):
@@ -140,6 +153,8 @@ def test_readme_documents_every_job_key():
         ("extract", ExtractOptions),
         ("annotate", AnnotateOptions),
         ("ray", RayOptions),
+        ("dedup", DedupOptions),
+        ("dedup.minhash", MinHashOptions),
     ):
         for key in model.model_fields:
             assert f"| `[{section}] {key}` |" in readme, f"[{section}] {key}"

@@ -1,0 +1,265 @@
+"""MinHash dedup against datasketch and datatrove, one core, and the whole near-dedup at 100k and 1M documents.
+
+1. Signatures (112 hashes, 5-word shingles) of the same real documents, docs/s: ours (a Numba kernel over the
+   batch) vs `datasketch.MinHash.update_batch` vs datatrove's `MinhashDedupSignature` (in its own venv). Both
+   from text (each splitting and shingling its own way) and, for ours and datasketch, from ready shingles.
+2. LSH candidate pairs (14 bands x 8 rows) over the same signatures: ours (sort by band hash) vs datasketch's
+   `MinHashLSH` insert + query; the pairs must be identical.
+3. Whole near-dedup (signatures -> LSH -> clusters -> kept) of 100k and 1M documents built from the real ones:
+   each unique document is a real one's words re-hashed with its own salt (same lengths, distinct shingles), and
+   20 % are copies of another with up to 2 % of words changed (Jaccard >= ~0.8). Built and processed as word
+   hashes (splitting text is measured in part 1), in batches of 10,000; wall time, peak RSS, and how many of the
+   known copies (and of the unique documents) were dropped.
+
+    python benchmarks/dedup.py --datatrove-python /tmp/dtvenv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
+real_documents_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(real_documents_module)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+PERMUTATIONS, NGRAM, BANDS, ROWS = 112, 5, 14, 8
+BATCH = 10_000
+
+DATATROVE_SIGNATURES = r"""
+import json, sys, tempfile, time
+import pyarrow.parquet as pq
+from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+texts = pq.read_table(sys.argv[1], columns=["text"]).column("text").to_pylist()
+step = MinhashDedupSignature(output_folder=tempfile.mkdtemp(), config=MinhashConfig(n_grams=5, num_buckets=14,
+                             hashes_per_bucket=8))
+step.get_signature(step.get_shingles("warm up the word tokenizer and the parameters"))
+started = time.perf_counter()
+for text in texts:
+    step.get_signature(step.get_shingles(text))
+print(json.dumps({"seconds": time.perf_counter() - started, "documents": len(texts)}))
+"""
+
+
+def row(name: str, ours: float, peer: float | None, unit: str = "docs/s") -> None:
+    peer_text = f"{peer:>14,.0f}" if peer else f"{'-':>14}"
+    ratio = f"{ours / peer:>9.1f}x" if peer else f"{'-':>10}"
+    print(f"{name + ' (' + unit + ')':<62}{ours:>12,.0f}{peer_text}{ratio}")
+
+
+def datasketch_shingles(texts: list[str]) -> list[list[bytes]]:
+    import re
+
+    word = re.compile(r"\w+")
+    out = []
+    for text in texts:
+        words = word.findall(text.lower())
+        n = min(NGRAM, len(words))
+        out.append([" ".join(words[i : i + n]).encode() for i in range(len(words) - n + 1)])
+    return out
+
+
+def signatures_section(texts: list[str], datatrove_python: str | None) -> None:
+    from datasketch import MinHash
+
+    from corpus.text import DocumentBatch
+    from stages.dedup import _minhash, minhash_signatures, permutations
+
+    a, b = permutations(PERMUTATIONS, 1)
+    minhash_signatures(DocumentBatch(texts[:20]), NGRAM, a, b)  # compile
+    started = time.perf_counter()
+    docs = DocumentBatch(texts)
+    minhash_signatures(docs, NGRAM, a, b)
+    ours_text = len(texts) / (time.perf_counter() - started)
+    offsets, words = docs.folded_words
+    started = time.perf_counter()
+    _minhash(offsets, words, NGRAM, a, b)
+    ours_kernel = len(texts) / (time.perf_counter() - started)
+
+    sample = texts[:1000]
+    started = time.perf_counter()
+    shingles = datasketch_shingles(sample)
+    for doc in shingles:
+        MinHash(num_perm=PERMUTATIONS, seed=1).update_batch(doc)
+    sketch_text = len(sample) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for doc in shingles:
+        MinHash(num_perm=PERMUTATIONS, seed=1).update_batch(doc)
+    sketch_ready = len(sample) / (time.perf_counter() - started)
+
+    trove = None
+    if datatrove_python:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "texts.parquet"
+            pq.write_table(pa.table({"text": texts[:500]}), path)
+            script = Path(tmp) / "signatures.py"
+            script.write_text(DATATROVE_SIGNATURES)
+            done = subprocess.run(
+                [datatrove_python, str(script), str(path)], capture_output=True, text=True, check=True
+            )
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            trove = result["documents"] / result["seconds"]
+
+    print(f"\n1. signatures, {PERMUTATIONS} hashes, {NGRAM}-word shingles, {len(texts):,} real documents")
+    print(f"{'measure':<62}{'ours':>12}{'peer':>14}{'ratio':>10}")
+    row("from text, vs datasketch (its shingling: re + join)", ours_text, sketch_text)
+    row("from ready shingles, vs datasketch update_batch", ours_kernel, sketch_ready)
+    if trove:
+        row("from text, vs datatrove MinhashDedupSignature", ours_text, trove)
+    print("goal: >= 30x datasketch and >= 200x datatrove per core")
+
+
+def lsh_section(texts: list[str]) -> None:
+    """Over the real documents and edited copies of 2,000 of them (5 % of words changed), so pairs exist."""
+    import random
+
+    from datasketch import MinHash, MinHashLSH
+
+    from corpus.text import DocumentBatch
+    from stages.dedup import band_hashes, minhash_signatures, permutations
+
+    rng = random.Random(1)
+    edited = [" ".join(w if rng.random() > 0.05 else "x" for w in text.split()) for text in texts[:2000]]
+    signatures = minhash_signatures(DocumentBatch(texts + edited), NGRAM, *permutations(PERMUTATIONS, 1))
+
+    started = time.perf_counter()
+    bands = band_hashes(signatures, BANDS, ROWS)
+    ours_pairs = set()
+    for column in bands.T:  # every pair sharing a band hash (not just the star edges clustering needs)
+        order = np.argsort(column, kind="stable")
+        ordered = column[order]
+        bounds = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1], True])
+        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+            if end - start > 1 and ordered[start] != 0:
+                members = sorted(order[start:end].tolist())
+                ours_pairs.update((x, y) for i, x in enumerate(members) for y in members[i + 1 :])
+    ours_s = time.perf_counter() - started
+
+    started = time.perf_counter()
+    lsh = MinHashLSH(num_perm=PERMUTATIONS, params=(BANDS, ROWS))
+    sketches = [MinHash(num_perm=PERMUTATIONS, hashvalues=sig.astype(np.uint64), scheme="legacy") for sig in signatures]
+    for i, sketch in enumerate(sketches):
+        lsh.insert(i, sketch)
+    their_pairs = set()
+    for i, sketch in enumerate(sketches):
+        their_pairs.update((min(i, j), max(i, j)) for j in lsh.query(sketch) if j != i)
+    their_s = time.perf_counter() - started
+
+    print(f"\n2. LSH candidate pairs, {BANDS} bands x {ROWS} rows, the same {len(signatures):,} signatures")
+    print(f"{'measure':<62}{'ours':>12}{'peer':>14}{'ratio':>10}")
+    row(
+        "candidate pairs found, vs datasketch MinHashLSH insert+query",
+        len(signatures) / ours_s,
+        len(signatures) / their_s,
+    )
+    print(
+        f"candidate pairs: ours {len(ours_pairs):,}, datasketch {len(their_pairs):,}, identical: "
+        f"{ours_pairs == their_pairs}"
+    )
+    print("goal: >= 50x, identical candidate pairs")
+
+
+def synthetic_batches(words: np.ndarray, offsets: np.ndarray, total: int, seed: int):
+    """Batches of (offsets, word hashes, origin) for `total` documents: 80 % unique, 20 % copies of an earlier
+    document of the same batch with up to 2 % of words changed (origin: the unique document it descends from, -1
+    for unique ones)."""
+    rng = np.random.default_rng(seed)
+    lengths = np.diff(offsets)
+    for first in range(0, total, BATCH):
+        n = min(BATCH, total - first)
+        source = rng.integers(0, len(lengths), n)
+        copy = rng.random(n) < 0.2
+        copy[0] = False
+        root = np.arange(n)
+        parent = (rng.random(n) * np.arange(n)).astype(np.int64)
+        for i in np.flatnonzero(copy):  # a copy of a copy descends from the same unique document
+            root[i] = root[parent[i]]
+        source = source[root]
+        batch_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths[source], out=batch_offsets[1:])
+        picked = np.concatenate([words[offsets[s] : offsets[s + 1]] for s in source])
+        salt = np.repeat((first + root).astype(np.uint64), lengths[source])
+        hashed = _mix(picked ^ (salt * np.uint64(0x9E3779B97F4A7C15)))
+        rate = np.repeat(np.where(copy, rng.random(n) * 0.02, 0.0), lengths[source])
+        changed = rng.random(len(hashed)) < rate
+        hashed[changed] = rng.integers(1, 2**63, changed.sum(), dtype=np.uint64)
+        yield batch_offsets, hashed, np.where(copy, first + root, -1)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over an array: unique documents get shingles no other document has."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+def whole_section(docs) -> None:
+    from stages.dedup import _minhash, band_hashes, clusters_of, permutations
+
+    offsets, words = docs.folded_words
+    a, b = permutations(PERMUTATIONS, 1)
+    print(f"\n3. whole near-dedup (signatures -> LSH -> clusters -> kept), {BANDS} x {ROWS}, one core")
+    print(
+        f"{'documents':>12}{'seconds':>10}{'docs/s':>10}{'peak RSS':>13}{'dropped':>9}{'copies found':>14}"
+        f"{'unique dropped':>16}"
+    )
+    timings = {}
+    for total in (100_000, 1_000_000):
+        started = time.perf_counter()
+        bands, origins = [], []
+        for batch_offsets, hashed, origin in synthetic_batches(words, offsets, total, seed=total):
+            bands.append(band_hashes(_minhash(batch_offsets, hashed, NGRAM, a, b), BANDS, ROWS))
+            origins.append(origin)
+        bands_all = np.concatenate(bands)
+        roots = clusters_of(bands_all)
+        kept = roots == np.arange(total)
+        seconds = time.perf_counter() - started
+        timings[total] = seconds
+        origin = np.concatenate(origins)
+        copies = origin >= 0
+        found = (~kept[copies]).mean()
+        unique_dropped = (~kept[~copies]).mean()
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(
+            f"{total:>12,}{seconds:>10.1f}{total / seconds:>10,.0f}{rss:>9.2f} GiB{(~kept).mean():>9.1%}"
+            f"{found:>14.1%}{unique_dropped:>16.2%}"
+        )
+    print(f"1M / 100k time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min and <= 4 GiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=SHARED)
+    parser.add_argument("--datatrove-python", help="python of a venv with datatrove; omitted = no datatrove row")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    from corpus.text import DocumentBatch
+
+    texts = real_documents_module.real_documents(args.shared).column("text").to_pylist()
+    words = sum(len(t.split()) for t in texts) / len(texts)
+    print(f"{len(texts):,} real documents from {args.shared}, {words:.0f} words on average; 1 core")
+    signatures_section(texts, args.datatrove_python)
+    lsh_section(texts)
+    whole_section(DocumentBatch(texts))
+
+
+if __name__ == "__main__":
+    main()

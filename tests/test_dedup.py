@@ -1,0 +1,206 @@
+"""Dedup: URL and text keys, MinHash estimates against exact Jaccard on real documents, LSH against its S-curve,
+clustering, the keep policies, and dedup inside a job (re-grouped without recomputing signatures)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, SHARED_DATA, shared, write_job
+
+from corpus.executor import run_job
+from corpus.job import load_job
+from corpus.sample import SAMPLE_PATH
+from corpus.text import DocumentBatch
+from stages.dedup import (
+    Candidates,
+    band_hashes,
+    clusters_of,
+    connected_components,
+    find_duplicates,
+    minhash_signatures,
+    normalise_url,
+    permutations,
+    text_keys,
+)
+
+PERMUTATIONS = 112
+
+
+def test_normalised_urls_ignore_what_does_not_change_the_page():
+    same = [
+        "https://Example.org/a/b/?utm_source=x&q=1&fbclid=abc",
+        "http://example.org:80/a/b?q=1",
+        "https://EXAMPLE.org:443/a/b?q=1#section",
+    ]
+    assert {normalise_url(url) for url in same} == {"example.org/a/b?q=1"}
+    assert normalise_url("https://example.org:8443/A/b") == "example.org:8443/A/b"  # paths keep their case
+    assert normalise_url("https://example.org/?b=2&a=1") == normalise_url("https://example.org?a=1&b=2")
+    assert normalise_url("http://[bad") == "http://[bad"
+
+
+def test_text_keys_ignore_case_punctuation_and_spacing_only():
+    keys = text_keys(DocumentBatch(["Hello,   World!", "hello world", "hello  world.\n", "world hello", ""]))
+    assert keys[0] == keys[1] == keys[2]
+    assert len({int(keys[0]), int(keys[3]), int(keys[4])}) == 3
+
+
+def test_connected_components_and_key_groups():
+    roots = connected_components(6, np.array([4, 1, 5]), np.array([1, 2, 3]))
+    assert roots.tolist() == [0, 1, 1, 3, 1, 3]
+    keys = np.array([[7, 0], [8, 9], [7, 5], [1, 9], [0, 0]], np.uint64)  # 0 joins nothing
+    assert clusters_of(keys).tolist() == [0, 1, 0, 1, 4]
+
+
+def test_url_step_keeps_the_latest_crawl_then_the_longest_text():
+    candidates = Candidates(
+        ids=["old", "new-short", "new-long", "other"],
+        shard_sizes=[4],
+        keys={"url": np.array([5, 5, 5, 6], np.uint64), "exact": np.array([1, 2, 3, 2], np.uint64)},
+        dates=np.array([100, 200, 200, 50]),
+        lengths=np.array([900, 10, 20, 5]),
+    )
+    found = find_duplicates(candidates, ["url", "exact"])
+    assert found.step.tolist() == [0, 0, -1, -1]  # "other" shares a text only with a URL duplicate, gone first
+    assert found.duplicate_of.tolist() == [2, 2, 2, 3]
+    assert found.cluster_size.tolist() == [3, 3, 1, 1]
+
+
+def _load_real_documents():
+    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.real_documents(SHARED_DATA).column("text").to_pylist()
+
+
+def _shingles(text: str) -> set[tuple[int, ...]]:
+    _, hashes = DocumentBatch([text]).folded_words
+    words = hashes.tolist()
+    n = min(5, len(words))
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+@pytest.fixture(scope="module")
+def edited_pairs():
+    """(original, edited copy, exact Jaccard of their 5-word shingles) for real documents, edits spread so that
+    the Jaccard values cover 0...1: each word replaced with a probability drawn per document."""
+    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
+    rng = random.Random(11)
+    pairs = []
+    for text in _load_real_documents():
+        words = text.split()
+        if len(words) < 200:
+            continue
+        rate = rng.random() ** 2 * 0.5
+        edited = " ".join(w if rng.random() > rate else f"x{rng.randrange(10**9)}" for w in words)
+        a, b = _shingles(text), _shingles(edited)
+        pairs.append((text, edited, len(a & b) / len(a | b)))
+    return pairs
+
+
+def test_minhash_estimates_jaccard_as_well_as_the_number_of_hashes_allows(edited_pairs):
+    from datasketch import MinHash
+
+    a, b = permutations(PERMUTATIONS, 1)
+    first = minhash_signatures(DocumentBatch([p[0] for p in edited_pairs]), 5, a, b)
+    second = minhash_signatures(DocumentBatch([p[1] for p in edited_pairs]), 5, a, b)
+    true = np.array([p[2] for p in edited_pairs])
+    ours = (first == second).mean(axis=1)
+    # the ideal: the mean absolute error of Binomial(k, J) / k, by its normal approximation
+    ideal = np.mean(np.sqrt(2 / np.pi) * np.sqrt(true * (1 - true) / PERMUTATIONS))
+    error = np.abs(ours - true).mean()
+    assert len(edited_pairs) >= 2000
+    assert error <= ideal + 0.005, (error, ideal)
+
+    def datasketch_estimate(x: str, y: str) -> float:  # the reference, over the same shingles
+        sketches = []
+        for text in (x, y):
+            sketch = MinHash(num_perm=PERMUTATIONS, seed=1)
+            sketch.update_batch([repr(s).encode() for s in _shingles(text)])
+            sketches.append(sketch)
+        return sketches[0].jaccard(sketches[1])
+
+    sample = edited_pairs[:300]
+    reference = np.abs(np.array([datasketch_estimate(x, y) for x, y, _ in sample]) - true[:300]).mean()
+    assert error <= reference + 0.01, (error, reference)
+
+
+def test_lsh_detection_follows_the_s_curve_and_meets_recall_and_false_positive_goals(edited_pairs):
+    bands, rows = 14, 8
+    a, b = permutations(PERMUTATIONS, 1)
+    first = band_hashes(minhash_signatures(DocumentBatch([p[0] for p in edited_pairs]), 5, a, b), bands, rows)
+    second = band_hashes(minhash_signatures(DocumentBatch([p[1] for p in edited_pairs]), 5, a, b), bands, rows)
+    detected = (first == second).any(axis=1)
+    true = np.array([p[2] for p in edited_pairs])
+    expected = 1 - (1 - true**rows) ** bands
+    for low in np.arange(0, 1, 0.1):
+        in_bin = (true >= low) & (true < low + 0.1)
+        if in_bin.sum() >= 100:
+            assert abs(detected[in_bin].mean() - expected[in_bin].mean()) <= 0.03, (low, in_bin.sum())
+    assert detected[true >= 0.85].mean() >= 0.95
+    assert detected[true <= 0.5].mean() <= 0.01
+
+
+def _dedup_job(tmp_path, source, extra=""):
+    body = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["url", "exact", "minhash"]\n' + extra
+    return load_job(write_job(tmp_path, [str(source)], tmp_path / "out", body))
+
+
+def test_dedup_in_a_job_is_accounted_for_and_regrouped_without_recomputing_signatures(tmp_path):
+    source = tmp_path / "crawl.warc.gz"
+    shutil.copy(SAMPLE_PATH, source)
+    stats = run_job(_dedup_job(tmp_path, source), use_ray=False)
+    out = tmp_path / "out"
+    dedup = stats["stages"]["dedup"]
+    assert dedup["received"] == stats["stages"]["select"]["kept"]
+    assert dedup["kept"] == stats["totals"]["kept"] and stats["totals"]["unaccounted"] == 0
+    assert dedup["dropped"]["exact_duplicate"] > 0 and dedup["dropped"]["minhash_duplicate"] > 0
+
+    selection = pq.read_table(out / "selection")
+    documents = pq.read_table(out / "documents", columns=["id", "text", "dedup.minhash"])
+    by_id = {row["id"]: row for row in documents.to_pylist()}
+    dropped = selection.filter(pa.compute.equal(selection.column("first_failure"), "exact_duplicate")).to_pylist()
+    for row in dropped:
+        assert (
+            text_keys(DocumentBatch([by_id[row["id"]]["text"]]))[0]
+            == text_keys(DocumentBatch([by_id[row["duplicate_of"]]["text"]]))[0]
+        )
+    kept = set(selection.filter(selection.column("kept")).column("id").to_pylist())
+    assert len(kept) == stats["totals"]["kept"]
+    duplicate_of = {row["id"]: row["duplicate_of"] for row in selection.to_pylist() if row["duplicate_of"]}
+    for doc_id in duplicate_of:  # each chain of duplicate_of ends at a kept document
+        while doc_id in duplicate_of:
+            doc_id = duplicate_of[doc_id]
+        assert doc_id in kept
+
+    source.write_bytes(b"not a crawl any more")  # signatures must come from the stored documents now
+    stamps = [p.stat().st_mtime_ns for p in (out / "documents").glob("*.parquet")]
+    stricter = run_job(_dedup_job(tmp_path, source, "[dedup.minhash]\nbands = 4\nrows = 28\n"), use_ray=False)
+    assert [p.stat().st_mtime_ns for p in (out / "documents").glob("*.parquet")] == stamps
+    assert stricter["stages"]["dedup"]["dropped"].get("minhash_duplicate", 0) < dedup["dropped"]["minhash_duplicate"]
+    assert stricter["stages"]["read"] == stats["stages"]["read"]
+
+
+def test_the_gov_uk_recrawl_keeps_the_latest_copy_of_each_page(tmp_path):
+    first = shared("warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz")
+    second = shared("warc-ukwa-govuk/BL-20140325122341434-00000-32090~opera~8443.warc.gz")
+    body = '[annotate]\nrules = ["language"]\n[dedup]\nsteps = ["url", "exact"]\n'
+    job = load_job(write_job(tmp_path, [str(first), str(second)], tmp_path / "out", body))
+    stats = run_job(job, use_ray=False)
+    documents = pq.read_table(tmp_path / "out" / "documents", columns=["id", "url", "date"]).to_pylist()
+    selection = {row["id"]: row for row in pq.read_table(tmp_path / "out" / "selection").to_pylist()}
+    by_url: dict[str, list] = {}
+    for row in documents:
+        if selection[row["id"]]["first_failure"] in (None, "url_duplicate"):
+            by_url.setdefault(normalise_url(row["url"]), []).append(row)
+    recrawled = [rows for rows in by_url.values() if len(rows) > 1]
+    assert len(recrawled) >= 5  # pages whose payload changed between the two crawls (7 HTML responses)
+    for rows in recrawled:
+        kept = [row for row in rows if selection[row["id"]]["kept"]]
+        assert len(kept) == 1 and kept[0]["date"] == max(row["date"] for row in rows)
+    assert stats["stages"]["dedup"]["dropped"]["url_duplicate"] == sum(len(rows) - 1 for rows in recrawled)
