@@ -5,7 +5,8 @@
    from text (each splitting and shingling its own way) and, for ours and datasketch, from ready shingles.
 2. LSH candidate pairs (14 bands x 8 rows) over the same signatures: ours (sort by band hash) vs datasketch's
    `MinHashLSH` insert + query; the pairs must be identical.
-3. Whole near-dedup (signatures -> LSH -> clusters -> kept) of 100k and 1M documents built from the real ones:
+3. Whole near-dedup (signatures -> LSH shuffle -> partition forests -> merged clusters -> kept, the pipeline's
+   functions without its files) of 100k and 1M documents built from the real ones:
    each unique document is a real one's words re-hashed with its own salt (same lengths, distinct shingles), and
    20 % are copies of another with up to 2 % of words changed (Jaccard >= ~0.8). Built and processed as word
    hashes (splitting text is measured in part 1), in batches of 10,000; wall time, peak RSS, and how many of the
@@ -211,11 +212,26 @@ def _mix(h: np.ndarray) -> np.ndarray:
 
 
 def whole_section(docs) -> None:
-    from stages.dedup import _minhash, band_hashes, clusters_of, permutations
+    """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> merge."""
+    import pyarrow as pa
+
+    from stages.dedup import (
+        _minhash,
+        band_hashes,
+        merge_forests,
+        partition_forest,
+        partition_of,
+        permutations,
+        shuffle_rows,
+    )
 
     offsets, words = docs.folded_words
     a, b = permutations(PERMUTATIONS, 1)
-    print(f"\n3. whole near-dedup (signatures -> LSH -> clusters -> kept), {BANDS} x {ROWS}, one core")
+    partitions = 16
+    print(
+        f"\n3. whole near-dedup (signatures -> LSH shuffle -> {partitions} partition forests -> merge -> kept), "
+        f"{BANDS} x {ROWS}, one core"
+    )
     print(
         f"{'documents':>12}{'seconds':>10}{'docs/s':>10}{'peak RSS':>13}{'dropped':>9}{'copies found':>14}"
         f"{'unique dropped':>16}"
@@ -223,13 +239,23 @@ def whole_section(docs) -> None:
     timings = {}
     for total in (100_000, 1_000_000):
         started = time.perf_counter()
-        bands, origins = [], []
+        parts: list[list[pa.Table]] = [[] for _ in range(partitions)]
+        origins = []
         for batch_offsets, hashed, origin in synthetic_batches(words, offsets, total, seed=total):
-            bands.append(band_hashes(_minhash(batch_offsets, hashed, NGRAM, a, b), BANDS, ROWS))
+            bands = band_hashes(_minhash(batch_offsets, hashed, NGRAM, a, b), BANDS, ROWS)
+            first = sum(len(o) for o in origins)
+            refs = np.arange(first, first + len(origin), dtype=np.int64)
+            rows = shuffle_rows([str(r) for r in refs], refs, bands, np.zeros(len(refs)), np.zeros(len(refs)))
+            partition = partition_of(rows.column("key").to_numpy(), partitions)
+            for p in range(partitions):
+                parts[p].append(rows.filter(pa.array(partition == p)))
             origins.append(origin)
-        bands_all = np.concatenate(bands)
-        roots = clusters_of(bands_all)
-        kept = roots == np.arange(total)
+        forests = [partition_forest(pa.concat_tables(tables), "minhash") for tables in parts]
+        del parts
+        merged = merge_forests(forests, "minhash")
+        kept = np.ones(total, np.bool_)
+        linked = merged.column("ref").to_numpy()
+        kept[linked] = linked == merged.column("root").to_numpy()
         seconds = time.perf_counter() - started
         timings[total] = seconds
         origin = np.concatenate(origins)

@@ -28,7 +28,9 @@ from corpus.pipeline import (
     annotate_fingerprint,
     corpus_annotate_shard,
     corpus_rules,
-    dedup_candidates,
+    dedup_components,
+    dedup_partition,
+    dedup_shuffle_shard,
     fingerprint,
     plan_shards,
     process_shard,
@@ -39,7 +41,6 @@ from corpus.pipeline import (
 )
 from corpus.progress import RunProgress
 from corpus.stats import summarize
-from stages.dedup import Candidates, find_duplicates
 
 
 class StaleOutput(JobError):
@@ -74,8 +75,10 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
         return summarize_shard(job, shard)
     if action == "corpus":
         return corpus_annotate_shard(job, shard, shared["combined"], shared["key"])
-    if action == "dedup_candidates":
-        return dedup_candidates(job, shard, shared["thresholds"])
+    if action == "dedup_shuffle":
+        return dedup_shuffle_shard(job, shard, report, shared["thresholds"])
+    if action == "dedup_partition":
+        return dedup_partition(job, report)
     return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
@@ -163,30 +166,72 @@ def resolve_quantiles(job: Job, shards: list[Shard]) -> list:
     return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
 
 
-def deduplicate(job: Job, parts: list[tuple[str, dict]]) -> dict[str, dict]:
-    """Every shard's dedup decisions, found over the selected documents of all shards together (on the driver:
-    ~150 bytes per selected document with MinHash)."""
+def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callable) -> tuple[dict, dict]:
+    """Run the dedup steps over the selected documents of `shards`: per step a shuffle (a task per shard writes
+    its keys into partition files), a task per partition (its forest of linked documents), and the driver's
+    merge of the forests, which holds only documents that share a key with another. Returns each shard's
+    decisions (for `select_shard`) and the failures."""
     import numpy as np
 
-    candidates = Candidates(
-        ids=[doc_id for _, part in parts for doc_id in part["ids"]],
-        shard_sizes=[len(part["ids"]) for _, part in parts],
-        keys={step: np.concatenate([part["keys"][step] for _, part in parts]) for step in job.dedup.steps},
-        dates=np.concatenate([part["dates"] for _, part in parts]),
-        lengths=np.concatenate([part["lengths"] for _, part in parts]),
-    )
-    found = find_duplicates(candidates, job.dedup.steps)
-    decisions = {}
-    start = 0
-    for (shard_id, _), size in zip(parts, candidates.shard_sizes, strict=True):
-        rows = slice(start, start + size)
-        decisions[shard_id] = {
-            "step_of": found.step[rows],
-            "duplicate_of": [candidates.ids[i] for i in found.duplicate_of[rows].tolist()],
-            "cluster_size": found.cluster_size[rows],
+    ordinal = {shard.id: i for i, shard in enumerate(shards)}
+    by_ordinal = {i: shard_id for shard_id, i in ordinal.items()}
+    decisions: dict[str, dict[int, tuple[int, str | None, int]]] = {shard.id: {} for shard in shards}
+    failed: dict[str, str] = {}
+    base = hashlib.sha256(
+        pickle.dumps(
+            (
+                annotate_fingerprint(job),
+                [(t.reason, t.value) for t in thresholds],
+                job.dedup.model_dump(),
+                list(ordinal),  # a document is (shard ordinal, row): another set of shards renumbers them
+            )
+        )
+    ).hexdigest()
+    for s, step in enumerate(job.dedup.steps):
+        dropped = {
+            shard_id: sorted(row for row, (step_of, _, _) in rows.items() if step_of >= 0)
+            for shard_id, rows in decisions.items()
         }
-        start += size
-    return decisions
+        key = hashlib.sha256(pickle.dumps((base, s, sorted(dropped.items())))).hexdigest()[:16]
+        shuffle = [
+            (
+                shard,
+                "dedup_shuffle",
+                {"step": step, "key": key, "ordinal": ordinal[shard.id], "dropped": dropped[shard.id]},
+            )
+            for shard in shards
+        ]
+        _, shuffle_failed = runner(job, shuffle, None, {"thresholds": thresholds})
+        partitions = [
+            (
+                Shard(f"{step}-{p}", f"dedup {step} partition {p}"),
+                "dedup_partition",
+                {"step": step, "partition": p, "key": key},
+            )
+            for p in range(job.dedup.partitions)
+        ]
+        _, partition_failed = runner(job, partitions, None)
+        failed.update(shuffle_failed)
+        failed.update(partition_failed)
+        if failed:
+            return {}, failed
+        components = dedup_components(job, step)
+        refs = components.column("ref").to_numpy()
+        roots = components.column("root").to_numpy()
+        ids = components.column("id").to_pylist()
+        id_of = dict(zip(refs.tolist(), ids, strict=True))
+        for ref, root, size in zip(refs.tolist(), roots.tolist(), components.column("size").to_pylist(), strict=True):
+            shard_id, row = by_ordinal[ref >> 32], ref & 0xFFFFFFFF
+            decisions[shard_id][row] = (s, id_of[root], size) if root != ref else (-1, None, size)
+    return {
+        shard_id: {
+            "rows": np.array(list(rows), np.int64),
+            "step": np.array([step for step, _, _ in rows.values()], np.int8),
+            "duplicate_of": [original for _, original, _ in rows.values()],
+            "cluster_size": np.array([size for _, _, size in rows.values()], np.int32),
+        }
+        for shard_id, rows in decisions.items()
+    }, failed
 
 
 def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
@@ -246,12 +291,10 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
         thresholds = resolve_quantiles(job, complete_shards)
         duplicates: dict[str, dict | None] = {shard.id: None for shard in complete_shards}
         if job.dedup.steps and complete_shards:
-            parts, dedup_failed = runner(
-                job, [(s, "dedup_candidates", None) for s in complete_shards], None, {"thresholds": thresholds}
-            )
+            decided, dedup_failed = deduplicate(job, complete_shards, thresholds, runner)
             failed.update(dedup_failed)
-            complete_shards = [shard for shard in complete_shards if shard.id in parts]
-            duplicates = deduplicate(job, [(shard.id, parts[shard.id]) for shard in complete_shards])
+            complete_shards = [shard for shard in complete_shards if shard.id in decided]
+            duplicates = decided
         selections, select_failed = runner(
             job, [(s, "select", duplicates[s.id]) for s in complete_shards], None, {"thresholds": thresholds}
         )

@@ -86,6 +86,7 @@ class DedupOptions(_Section):
         default_factory=list, description="dedup steps over the selected documents, in order"
     )
     minhash: MinHashOptions = MinHashOptions()
+    partitions: int = Field(16, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks)")
 
 
 class RayOptions(_Section):

@@ -31,7 +31,19 @@ from corpus.outputs import OutputFolder
 from corpus.rules import CorpusRule, Rule, discover
 from corpus.text import DocumentBatch
 from stages.annotate import annotate_documents, annotated_schema, signal_fields
-from stages.dedup import add_dedup_keys, apply_duplicates, key_fields, step_keys
+from stages.dedup import (
+    FOREST,
+    SHUFFLE,
+    STEP_KEYS,
+    add_dedup_keys,
+    apply_duplicates,
+    key_fields,
+    merge_forests,
+    partition_forest,
+    partition_of,
+    shuffle_rows,
+    step_keys,
+)
 from stages.extract import extract_documents
 from stages.read import read_records
 from stages.select import SELECTION, select_documents
@@ -278,23 +290,77 @@ def _rule_selection(job: Job, shard: Shard, thresholds: list, extra_columns: lis
     return signals, *select_documents(signals, thresholds)
 
 
-def dedup_candidates(job: Job, shard: Shard, thresholds: list) -> dict:
-    """What dedup needs of a shard's selected documents: ids, each step's keys, crawl dates and text lengths."""
-    key_columns = [field.name for field in key_fields(job.dedup)]
-    signals, selected, _ = _rule_selection(job, shard, thresholds, [*key_columns, "date", "text"])
-    kept = signals.filter(selected.table.column("kept"))
-    dates = kept.column("date").cast(pa.int64()).fill_null(0).to_numpy()
-    return {
-        "ids": kept.column("id").to_pylist(),
-        "keys": step_keys(kept, job.dedup),
-        "dates": dates,
-        "lengths": pc.utf8_length(kept.column("text")).to_numpy().astype(np.int64),
-    }
+def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) -> dict:
+    """One dedup step's shuffle of a shard: its selected documents (less those earlier steps dropped, `work`'s
+    `dropped` rows) as (band, key, document) rows, one file per partition: `dedup/<step>/<p>/<shard>.parquet`."""
+    folder = OutputFolder(job.output)
+    step, key = work["step"], work["key"]
+    done_path = f"dedup/{step}/_{shard.id}.json"
+    done = folder.read_json(done_path)
+    if done is not None and done["key"] == key:
+        return done
+    columns = [STEP_KEYS[step], "date", *(["text"] if step == "url" else [])]
+    signals, selected, _ = _rule_selection(job, shard, thresholds, columns)
+    rows = np.setdiff1d(np.flatnonzero(selected.table.column("kept").to_numpy(zero_copy_only=False)), work["dropped"])
+    chosen = signals.take(pa.array(rows, pa.int64()))
+    lengths = (
+        pc.utf8_length(chosen.column("text")).to_numpy().astype(np.int64) if step == "url" else np.zeros(len(rows))
+    )
+    shuffle = shuffle_rows(
+        chosen.column("id").to_pylist(),
+        (np.int64(work["ordinal"]) << np.int64(32)) | rows.astype(np.int64),
+        step_keys(chosen, step, job.dedup),
+        chosen.column("date").cast(pa.int64()).fill_null(0).to_numpy(),
+        lengths,
+    )
+    partition = partition_of(shuffle.column("key").to_numpy(), job.dedup.partitions)
+    for stale in folder.fs.glob(folder.path("dedup", step, "*", f"{shard.id}.parquet")):
+        folder.fs.rm(stale)
+    for p in np.unique(partition):
+        with folder.parquet_writer(f"dedup/{step}/{p}/{shard.id}.parquet", SHUFFLE) as writer:
+            writer.write(shuffle.filter(pa.array(partition == p)))
+    report = {"id": shard.id, "key": key, "documents": len(rows), "rows": shuffle.num_rows}
+    folder.write_json(done_path, report)
+    return report
+
+
+def dedup_partition(job: Job, work: dict) -> dict:
+    """One shuffle partition of a dedup step: its linked documents as a forest, `dedup/<step>/forest-<p>.parquet`."""
+    import pyarrow.parquet as pq
+
+    folder = OutputFolder(job.output)
+    step, p, key = work["step"], work["partition"], work["key"]
+    done_path = f"dedup/{step}/_forest-{p}.json"
+    done = folder.read_json(done_path)
+    if done is not None and done["key"] == key:
+        return done
+    tables = []
+    for name in sorted(folder.fs.glob(folder.path("dedup", step, str(p), "*.parquet"))):
+        with folder.fs.open(name, "rb") as fh:
+            tables.append(pq.read_table(fh, schema=SHUFFLE))
+    forest = partition_forest(pa.concat_tables(tables) if tables else SHUFFLE.empty_table(), step)
+    with folder.parquet_writer(f"dedup/{step}/forest-{p}.parquet", FOREST) as writer:
+        writer.write(forest)
+    report = {"id": f"{step}-{p}", "key": key, "linked": forest.num_rows}
+    folder.write_json(done_path, report)
+    return report
+
+
+def dedup_components(job: Job, step: str) -> pa.Table:
+    """Every partition's forest of a step, merged: each linked document with its root and component size."""
+    import pyarrow.parquet as pq
+
+    folder = OutputFolder(job.output)
+    forests = []
+    for p in range(job.dedup.partitions):
+        with folder.fs.open(folder.path("dedup", step, f"forest-{p}.parquet"), "rb") as fh:
+            forests.append(pq.read_table(fh, schema=FOREST))
+    return merge_forests(forests, step)
 
 
 def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | None = None) -> dict:
     """Apply thresholds (quantiles already resolved) to a shard's stored signals, then dedup's decisions for the
-    documents they keep (`duplicates`, from `find_duplicates`); write `selection/<id>.parquet`.
+    documents they keep (`duplicates`, see `apply_duplicates`); write `selection/<id>.parquet`.
 
     Returns the select (and dedup) stage's counts and, per threshold, how many documents fail it.
     """
@@ -303,7 +369,7 @@ def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | No
     result = {"id": shard.id, "select": selected.counts.to_dict(), "failing": failing}
     table = selected.table
     if duplicates is not None:
-        deduped = apply_duplicates(table, job.dedup.steps, **duplicates)
+        deduped = apply_duplicates(table, job.dedup.steps, duplicates)
         table = deduped.table
         result["dedup"] = deduped.counts.to_dict()
     with folder.parquet_writer(shard.selection_path, SELECTION) as writer:

@@ -15,7 +15,6 @@ and keeps one document per cluster (`keep_one_per_cluster`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import numpy as np
@@ -175,11 +174,6 @@ def key_edges(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(sources).astype(np.int64), np.concatenate(targets).astype(np.int64)
 
 
-def clusters_of(keys: np.ndarray) -> np.ndarray:
-    """Per document: the index of the first document of its cluster (itself when it has no duplicate)."""
-    return connected_components(len(keys), *key_edges(keys))
-
-
 STEP_KEYS = {"url": "dedup.url_key", "exact": "dedup.text_key", "minhash": "dedup.minhash"}
 STEP_REASONS = {"url": "url_duplicate", "exact": "exact_duplicate", "minhash": "minhash_duplicate"}
 STAGE = "dedup"
@@ -219,75 +213,138 @@ def add_dedup_keys(documents: pa.Table, options) -> pa.Table:
     return pa.Table.from_arrays([*documents.columns, *columns], schema=pa.schema([*documents.schema, *fields]))
 
 
-@dataclass
-class Candidates:
-    """The documents that passed selection, of every shard, in corpus order (shard order, then row)."""
-
-    ids: list[str]
-    shard_sizes: list[int]  # candidates per shard, in shard order
-    keys: dict[str, np.ndarray]  # step -> (documents,) or (documents, bands) uint64; 0 joins nothing
-    dates: np.ndarray  # int64 ms since the epoch (0 = unknown): the URL step keeps the latest
-    lengths: np.ndarray  # characters of text: then the longest
-
-
-def step_keys(table: pa.Table, options) -> dict[str, np.ndarray]:
-    """Each step's grouping keys from the stored key columns (MinHash: band hashes)."""
-    keys = {}
-    for step in options.steps:
-        column = table.column(STEP_KEYS[step]).combine_chunks()
-        if step == "minhash":
-            signatures = column.flatten().to_numpy().reshape(len(column), options.minhash.permutations)
-            keys[step] = band_hashes(signatures, *options.minhash.bands_rows())
-        else:
-            keys[step] = column.to_numpy()
-    return keys
+def step_keys(table: pa.Table, step: str, options) -> np.ndarray:
+    """A step's grouping keys from its stored key column: (documents,), or for MinHash (documents, bands) band
+    hashes of the stored signatures."""
+    column = table.column(STEP_KEYS[step]).combine_chunks()
+    if step != "minhash":
+        return column.to_numpy()
+    signatures = column.flatten().to_numpy().reshape(len(column), options.minhash.permutations)
+    return band_hashes(signatures, *options.minhash.bands_rows())
 
 
-@dataclass
-class Duplicates:
-    """Per candidate (in `Candidates` order): the step that dropped it (-1: kept), the candidate its step kept in
-    its place (itself when kept; a later step may drop that one too: follow the chain to the one finally kept),
-    and the size of its cluster at the last step it took part in."""
-
-    step: np.ndarray
-    duplicate_of: np.ndarray
-    cluster_size: np.ndarray
-
-
-def find_duplicates(candidates: Candidates, steps: list[str]) -> Duplicates:
-    """Run the steps in order, each over the candidates no earlier step dropped; one kept per cluster: for the
-    URL step the latest crawl, then the longest text, then the first; for the others the first in corpus order."""
-    n = len(candidates.ids)
-    step_of = np.full(n, -1, np.int8)
-    duplicate_of = np.arange(n, dtype=np.int64)
-    cluster_size = np.ones(n, np.int32)
-    for s, step in enumerate(steps):
-        alive = np.flatnonzero(step_of < 0)
-        if step == "url":  # best first: latest, longest, earliest
-            order = np.lexsort((alive, -candidates.lengths[alive], -candidates.dates[alive]))
-            alive = alive[order]
-        roots = clusters_of(candidates.keys[step][alive])  # the root of a cluster is its first member: the best
-        sizes = np.bincount(roots, minlength=len(alive))
-        cluster_size[alive] = sizes[roots]
-        dropped = roots != np.arange(len(alive))
-        step_of[alive[dropped]] = s
-        duplicate_of[alive[dropped]] = alive[roots[dropped]]
-    return Duplicates(step_of, duplicate_of, cluster_size)
+SHUFFLE = pa.schema(
+    [
+        pa.field("band", pa.int16(), nullable=False),
+        pa.field("key", pa.uint64(), nullable=False),
+        pa.field("ref", pa.int64(), nullable=False),  # shard ordinal << 32 | row: the document, corpus-ordered
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("date", pa.int64(), nullable=False),
+        pa.field("length", pa.int64(), nullable=False),
+    ]
+)
+FOREST = pa.schema(
+    [
+        pa.field("ref", pa.int64(), nullable=False),
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("date", pa.int64(), nullable=False),
+        pa.field("length", pa.int64(), nullable=False),
+        pa.field("root", pa.int64(), nullable=False),  # the ref of its tree's root (itself for a root)
+    ]
+)
 
 
-def apply_duplicates(selection: pa.Table, steps: list[str], step_of, duplicate_of, cluster_size) -> StageResult:
-    """The selection with dedup's decisions for its kept rows (arrays aligned with them, `duplicate_of` as ids),
-    and the dedup stage's counts: it receives the selected documents and drops duplicates by step."""
+def shuffle_rows(ids: list[str], refs: np.ndarray, keys: np.ndarray, dates, lengths) -> pa.Table:
+    """One row per (document, band) with a key (a 0 key joins nothing), for the LSH shuffle."""
+    keys = keys.reshape(len(refs), -1)
+    document, band = np.nonzero(keys)
+    return pa.table(
+        {
+            "band": band.astype(np.int16),
+            "key": keys[document, band],
+            "ref": refs[document],
+            "id": pa.array(ids).take(pa.array(document)),
+            "date": np.asarray(dates, np.int64)[document],
+            "length": np.asarray(lengths, np.int64)[document],
+        },
+        schema=SHUFFLE,
+    )
+
+
+def partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
+    """The shuffle partition of each key (by a mixed hash, so band hashes and URL hashes spread evenly)."""
+    return (_mix_keys(keys) % np.uint64(partitions)).astype(np.int64)
+
+
+@njit(cache=True)
+def _mix_keys(keys):
+    out = np.empty(len(keys), np.uint64)
+    for i in range(len(keys)):
+        out[i] = _mix(keys[i])
+    return out
+
+
+def _best_first(refs: np.ndarray, dates: np.ndarray, lengths: np.ndarray, step: str) -> np.ndarray:
+    """Order of documents from the one to keep to the last: for the URL step the latest crawl, then the longest
+    text, then corpus order; for the others corpus order."""
+    if step == "url":
+        return np.lexsort((refs, -lengths, -dates))
+    return np.argsort(refs, kind="stable")
+
+
+def _forest(nodes: pa.Table, sources: np.ndarray, targets: np.ndarray, step: str) -> pa.Table:
+    """`nodes` (FOREST columns but root; unique refs) joined by edges between node positions: each node with the
+    ref of its component's best node."""
+    order = _best_first(
+        nodes.column("ref").to_numpy(), nodes.column("date").to_numpy(), nodes.column("length").to_numpy(), step
+    )
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    roots = connected_components(len(order), rank[sources], rank[targets])  # the smallest rank: the best
+    refs = nodes.column("ref").to_numpy()
+    return nodes.append_column(FOREST.field("root"), pa.array(refs[order[roots[rank]]], pa.int64()))
+
+
+def partition_forest(rows: pa.Table, step: str) -> pa.Table:
+    """One shuffle partition's documents that share a key with another (`FOREST`): in a group of equal (band,
+    key), each joins the group's first row; union-find over those edges gives each its component's best."""
+    if rows.num_rows == 0:
+        return FOREST.empty_table()
+    refs, first = np.unique(rows.column("ref").to_numpy(), return_index=True)
+    position = np.searchsorted(refs, rows.column("ref").to_numpy())
+    group = (rows.column("band").to_numpy().astype(np.uint64) << np.uint64(48)) ^ rows.column("key").to_numpy()
+    group_sources, group_targets = key_edges(group)
+    sources, targets = position[group_sources], position[group_targets]
+    linked = np.unique(np.concatenate([sources, targets]))
+    nodes = rows.take(pa.array(first[linked])).select(["ref", "id", "date", "length"])
+    remap = np.full(len(refs), -1, np.int64)
+    remap[linked] = np.arange(len(linked))
+    return _forest(nodes, remap[sources], remap[targets], step)
+
+
+def merge_forests(forests: list[pa.Table], step: str) -> pa.Table:
+    """The partitions' forests joined into the components of the whole corpus (a document can be linked in
+    several partitions, by different bands): each linked document with its final root and component size."""
+    table = pa.concat_tables(forests).combine_chunks() if forests else FOREST.empty_table()
+    if table.num_rows == 0:
+        return table.append_column("size", pa.array([], pa.int32()))
+    refs, first = np.unique(table.column("ref").to_numpy(), return_index=True)
+    nodes = table.take(pa.array(first)).select(["ref", "id", "date", "length"])
+    sources = np.searchsorted(refs, table.column("ref").to_numpy())
+    targets = np.searchsorted(refs, table.column("root").to_numpy())
+    merged = _forest(nodes, sources, targets, step)
+    roots = np.searchsorted(refs, merged.column("root").to_numpy())
+    return merged.append_column("size", pa.array(np.bincount(roots, minlength=len(refs))[roots], pa.int32()))
+
+
+def apply_duplicates(selection: pa.Table, steps: list[str], decisions: dict) -> StageResult:
+    """The selection with dedup's decisions, and the dedup stage's counts: it receives the selected documents and
+    drops duplicates by step. `decisions` (sparse, from the driver): `rows` of this shard's documents that took
+    part in a cluster, with `step` (the step that dropped it, -1 if kept), `duplicate_of` (id kept instead) and
+    `cluster_size`; any other selected document is alone in its cluster."""
     started = time.perf_counter()
-    kept_rows = np.flatnonzero(selection.column("kept").to_numpy(zero_copy_only=False))
-    counts = StageCounts(STAGE, received=len(kept_rows))
     kept = selection.column("kept").to_numpy(zero_copy_only=False).copy()
+    counts = StageCounts(STAGE, received=int(kept.sum()))
     first_failure = selection.column("first_failure").to_pylist()
     failures = selection.column("failures").to_pylist()
     duplicate = [None] * selection.num_rows
-    sizes = np.zeros(selection.num_rows, np.int32)
-    has_size = np.zeros(selection.num_rows, np.bool_)
-    for row, step, original, size in zip(kept_rows, step_of, duplicate_of, cluster_size, strict=True):
+    sizes = np.where(kept, 1, 0).astype(np.int32)
+    has_size = kept.copy()
+    for row, step, original, size in zip(
+        decisions["rows"], decisions["step"], decisions["duplicate_of"], decisions["cluster_size"], strict=True
+    ):
+        if not kept[row] and first_failure[row] is not None:
+            raise ValueError(f"dedup decided on row {row}, which selection dropped: the selection changed; rerun")
         sizes[row], has_size[row] = size, True
         if step >= 0:
             reason = STEP_REASONS[steps[step]]

@@ -18,14 +18,16 @@ from corpus.job import load_job
 from corpus.sample import SAMPLE_PATH
 from corpus.text import DocumentBatch
 from stages.dedup import (
-    Candidates,
     band_hashes,
-    clusters_of,
     connected_components,
-    find_duplicates,
+    key_edges,
+    merge_forests,
     minhash_signatures,
     normalise_url,
+    partition_forest,
+    partition_of,
     permutations,
+    shuffle_rows,
     text_keys,
 )
 
@@ -54,21 +56,39 @@ def test_connected_components_and_key_groups():
     roots = connected_components(6, np.array([4, 1, 5]), np.array([1, 2, 3]))
     assert roots.tolist() == [0, 1, 1, 3, 1, 3]
     keys = np.array([[7, 0], [8, 9], [7, 5], [1, 9], [0, 0]], np.uint64)  # 0 joins nothing
-    assert clusters_of(keys).tolist() == [0, 1, 0, 1, 4]
+    assert connected_components(5, *key_edges(keys)).tolist() == [0, 1, 0, 1, 4]
 
 
-def test_url_step_keeps_the_latest_crawl_then_the_longest_text():
-    candidates = Candidates(
-        ids=["old", "new-short", "new-long", "other"],
-        shard_sizes=[4],
-        keys={"url": np.array([5, 5, 5, 6], np.uint64), "exact": np.array([1, 2, 3, 2], np.uint64)},
-        dates=np.array([100, 200, 200, 50]),
-        lengths=np.array([900, 10, 20, 5]),
+def test_url_step_keeps_the_latest_crawl_then_the_longest_text_across_partitions():
+    ids = ["old", "new-short", "new-long", "other", "alone"]
+    rows = shuffle_rows(
+        ids,
+        np.arange(5, dtype=np.int64),
+        np.array([5, 5, 5, 6, 7], np.uint64),
+        dates=[100, 200, 200, 50, 10],
+        lengths=[900, 10, 20, 5, 1],
     )
-    found = find_duplicates(candidates, ["url", "exact"])
-    assert found.step.tolist() == [0, 0, -1, -1]  # "other" shares a text only with a URL duplicate, gone first
-    assert found.duplicate_of.tolist() == [2, 2, 2, 3]
-    assert found.cluster_size.tolist() == [3, 3, 1, 1]
+    forests = [
+        partition_forest(rows.filter(pa.array(partition_of(rows.column("key").to_numpy(), 3) == p)), "url")
+        for p in range(3)
+    ]
+    merged = merge_forests(forests, "url").sort_by("ref").to_pylist()
+    assert [(row["id"], row["root"], row["size"]) for row in merged] == [
+        ("old", 2, 3),
+        ("new-short", 2, 3),
+        ("new-long", 2, 3),
+    ]
+
+
+def test_components_merge_across_partitions_and_bands():
+    # a and b share band 0, b and c band 1: one component over two partitions, the first in corpus order kept
+    keys = np.array([[11, 0], [11, 22], [0, 22], [33, 44]], np.uint64)
+    rows = shuffle_rows(["a", "b", "c", "d"], np.array([7, 3, 9, 1], np.int64), keys, [0] * 4, [0] * 4)
+    for partitions in (1, 2, 5):
+        part = partition_of(rows.column("key").to_numpy(), partitions)
+        forests = [partition_forest(rows.filter(pa.array(part == p)), "minhash") for p in range(partitions)]
+        merged = merge_forests(forests, "minhash").sort_by("ref").to_pylist()
+        assert [(row["id"], row["root"], row["size"]) for row in merged] == [("b", 3, 3), ("a", 3, 3), ("c", 3, 3)]
 
 
 def _load_real_documents():

@@ -49,21 +49,45 @@ def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path
     assert not list((tmp_path / "out").rglob("*.tmp-*"))  # the killed run's partial files are cleared
 
 
-def test_two_node_cluster_gives_the_same_documents(clean_run, tmp_path):
+def _sample_in_two_shards(folder: Path) -> list[str]:
+    from corpus.sample import build_sample
+
+    data, _ = build_sample()
+    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards
+    (folder / "a.warc.gz").write_bytes(data[:cut])
+    (folder / "b.warc.gz").write_bytes(data[cut:])
+    return [str(folder / "a.warc.gz"), str(folder / "b.warc.gz")]
+
+
+def _decisions(out: Path) -> list[tuple]:
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out / "selection").to_pylist()
+    return sorted((r["id"], r["kept"], r["first_failure"], r["duplicate_of"], r["cluster_size"]) for r in rows)
+
+
+def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run, tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
     job, _, clean_out = clean_run
     small = [s for s in job.resolved_inputs if "aut" not in s and "ipwb" not in s]  # keep it quick
+    dedup = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["url", "exact", "minhash"]\npartitions = 4\n'
+    sample = _sample_in_two_shards(tmp_path)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     try:
         ray.init(address=cluster.address)
         two_nodes = load_job(write_job(tmp_path, small, tmp_path / "out"))
         stats = run_job(two_nodes, use_ray=True)
+        deduped = run_job(load_job(write_job(tmp_path, sample, tmp_path / "dedup", dedup, "d")), use_ray=True)
     finally:
         ray.shutdown()
         cluster.shutdown()
+    one_node = run_job(load_job(write_job(tmp_path, sample, tmp_path / "inline", dedup, "i")), use_ray=False)
+    counts = [{k: v for k, v in run["stages"]["dedup"].items() if k != "seconds"} for run in (deduped, one_node)]
+    assert counts[0] == counts[1] and counts[0]["dropped"]["minhash_duplicate"] > 0
+    assert _decisions(tmp_path / "dedup") == _decisions(tmp_path / "inline")
     assert stats["shards"]["complete"] == len(small) and not stats["failed_shards"]
     assert stats["totals"]["unaccounted"] == 0
     workers = {json.loads(p.read_text())["worker"] for p in (tmp_path / "out" / "shards").glob("*.json")}
