@@ -331,3 +331,28 @@ def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_
     phone, ip = _may_hold(*DocumentBatch(texts).code_points, character_classes())
     assert phone.tolist() == [bool(re.search(r"\d\d\d[ .-]\d\d\d\d", t)) for t in texts]
     assert ip.tolist() == [bool(re.search(r"\.\d{1,3}\.\d{1,3}\.", t)) for t in texts]
+
+
+def test_line_dedup_removes_lines_shared_by_more_than_max_copies_documents():
+    from rules.line_dedup import remove_repeated_lines
+
+    rule = discover()["line_dedup"](discover()["line_dedup"].Options(max_copies=2))
+    boilerplate = "Subscribe to our newsletter!"
+    texts = [
+        f"Story {name} begins here.\n  subscribe to our NEWSLETTER!  \nCopyright 2024 Example Ltd"
+        for name in ("one", "two", "three")
+    ] + ["A page of its own.\n\nCopyright 1999 example ltd"]
+    docs = DocumentBatch(texts)
+    summary = rule.combine([rule.accumulate(DocumentBatch(texts[:2])), rule.accumulate(DocumentBatch(texts[2:]))])
+    assert sorted(summary[1].tolist()) == [3, 4]  # only lines in more than 2 documents: newsletter, copyright
+    values = rule.corpus_signals(docs, summary)
+    assert values["lines_removed"].tolist() == [2, 2, 2, 1]  # digits normalised: every copyright line is one
+    line_chars = len("  subscribe to our NEWSLETTER!  \n") + len("Copyright 2024 Example Ltd")
+    expected = [line_chars / len(text) for text in texts[:3]] + [len("Copyright 1999 example ltd") / len(texts[3])]
+    assert values["chars_removed_frac"].tolist() == pytest.approx(expected)
+    repeated = {int(h) for h in summary[0]}
+    assert remove_repeated_lines(texts[0], repeated) == "Story one begins here."
+    assert remove_repeated_lines(texts[3], repeated) == "A page of its own.\n"
+    assert remove_repeated_lines(boilerplate, set()) == boilerplate
+    lenient = discover()["line_dedup"]()  # the default, Llama 3's 6 copies: nothing here is that common
+    assert lenient.corpus_signals(docs, lenient.combine([lenient.accumulate(docs)]))["lines_removed"].sum() == 0

@@ -1,0 +1,111 @@
+"""Line-level dedup: lines that many documents of the corpus share are boilerplate; a modifier removes them.
+
+Llama 3 (Dubey et al. 2024, section 3.1.1): "we remove lines that appeared more than 6 times in each bucket of
+30M documents", after CCNet (Wenzek et al. 2020, section 3.2), which hashes normalised lines (lower case, digits
+as 0) across a shard of documents. The first pass counts, per normalised line, the documents that contain it
+(summed over all shards: the bucket is the run); the second gives each document the lines it would lose and
+their share of its characters. `remove_repeated_lines` is the modifier that cuts them. Select on the share, e.g.
+`[select.line_dedup] chars_removed_frac.max = 0.5`, to drop pages that are mostly boilerplate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from corpus.rules import CorpusRule, RuleOptions, Signal, register
+from corpus.text import DocumentBatch
+from corpus.words import DIGIT, FNV_OFFSET, FNV_PRIME, SPACE, character_classes, lower_case_table
+
+
+@njit(cache=True)
+def _line_hashes(points, text_offsets, flags, lower):
+    """Per text (CSR offsets): each non-blank line's hash (stripped, lower-cased, digits as 0) and its characters
+    with its newline."""
+    offsets = np.zeros(len(text_offsets), np.int64)
+    hashes = np.empty(len(points) + len(text_offsets), np.uint64)
+    sizes = np.empty(len(points) + len(text_offsets), np.int64)
+    n = 0
+    for t in range(len(text_offsets) - 1):
+        start, end = text_offsets[t], text_offsets[t + 1]
+        line = start
+        while line < end:
+            stop = line
+            while stop < end and points[stop] != 10:
+                stop += 1
+            first, last = line, stop
+            while first < last and flags[points[first]] & SPACE:
+                first += 1
+            while last > first and flags[points[last - 1]] & SPACE:
+                last -= 1
+            if last > first:
+                h = FNV_OFFSET
+                for i in range(first, last):
+                    c = np.uint64(48) if flags[points[i]] & DIGIT else np.uint64(lower[points[i]])
+                    h = (h ^ c) * FNV_PRIME
+                hashes[n] = h
+                sizes[n] = min(stop + 1, end) - line
+                n += 1
+            line = stop + 1
+        offsets[t + 1] = n
+    return offsets, hashes[:n], sizes[:n]
+
+
+def line_hashes(docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CSR offsets per document, hash of each non-blank normalised line, its characters with its newline)."""
+    return _line_hashes(*docs.code_points, character_classes(), lower_case_table())
+
+
+def remove_repeated_lines(text: str, repeated: set[int]) -> str:
+    """The modifier: `text` without its lines whose hash is in `repeated` (blank lines stay)."""
+    _, hashes, _ = line_hashes(DocumentBatch([text]))
+    kept, position = [], 0
+    for line in text.split("\n"):
+        if line.strip():
+            if int(hashes[position]) not in repeated:
+                kept.append(line)
+            position += 1
+        else:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+@register
+class LineDedup(CorpusRule):
+    """Lines shared by more than `max_copies` documents of the corpus (Llama 3, CCNet)."""
+
+    class Options(RuleOptions):
+        max_copies: int = 6  # a line in more documents than this is removed
+
+    name = "line_dedup"
+    signals = (
+        Signal("lines_removed", pa.int32(), "lines found in more than max_copies documents of the corpus"),
+        Signal("chars_removed_frac", pa.float32(), "share of the characters those lines hold"),
+    )
+
+    def accumulate(self, docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(line hashes, documents containing each), sparse."""
+        offsets, hashes, _ = line_hashes(docs)
+        document = np.repeat(np.arange(len(docs), dtype=np.uint64), np.diff(offsets))
+        pairs = np.unique(np.stack([document, hashes], axis=1), axis=0)  # a document counts a line once
+        return np.unique(pairs[:, 1], return_counts=True)
+
+    def combine(self, summaries: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        if not summaries:
+            return np.empty(0, np.uint64), np.empty(0, np.int64)
+        hashes, inverse = np.unique(np.concatenate([h for h, _ in summaries]), return_inverse=True)
+        counts = np.bincount(inverse, weights=np.concatenate([c for _, c in summaries])).astype(np.int64)
+        frequent = counts > self.options.max_copies  # only these matter in the second pass
+        return hashes[frequent], counts[frequent]
+
+    def corpus_signals(self, docs: DocumentBatch, summary: tuple[np.ndarray, np.ndarray]) -> dict:
+        repeated_hashes, _ = summary
+        offsets, hashes, sizes = line_hashes(docs)
+        removed = np.isin(hashes, repeated_hashes)
+        counts = np.add.reduceat(np.r_[removed, 0].astype(np.int64), offsets[:-1]) * (np.diff(offsets) > 0)
+        chars = np.add.reduceat(np.r_[sizes * removed, 0], offsets[:-1]) * (np.diff(offsets) > 0)
+        return {
+            "lines_removed": counts.astype(np.int32),
+            "chars_removed_frac": (chars / np.maximum(docs.text_lengths, 1)).astype(np.float32),
+        }
