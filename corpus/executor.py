@@ -31,6 +31,7 @@ from corpus.pipeline import (
     dedup_components,
     dedup_partition,
     dedup_shuffle_shard,
+    dedup_verify_shard,
     fingerprint,
     plan_shards,
     process_shard,
@@ -79,6 +80,8 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
         return dedup_shuffle_shard(job, shard, report, shared["thresholds"])
     if action == "dedup_partition":
         return dedup_partition(job, report)
+    if action == "dedup_verify":
+        return dedup_verify_shard(job, shard, report)
     return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
@@ -166,6 +169,28 @@ def resolve_quantiles(job: Job, shards: list[Shard]) -> list:
     return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
 
 
+def _unverified_duplicates(job: Job, refs, roots, by_ordinal: dict, runner: Callable) -> tuple[set, dict]:
+    """The MinHash duplicates whose exact Jaccard with the document kept instead is below `verify_threshold`
+    (LSH false positives, and documents joined only through a chain of others): a task per shard."""
+    work: dict[str, dict] = {}
+    for ref, root in zip(refs.tolist(), roots.tolist(), strict=True):
+        if ref != root:
+            entry = work.setdefault(by_ordinal[ref >> 32], {"rows": [], "originals": []})
+            entry["rows"].append(ref & 0xFFFFFFFF)
+            entry["originals"].append((by_ordinal[root >> 32], root & 0xFFFFFFFF))
+    ordinal_of = {shard_id: i for i, shard_id in by_ordinal.items()}
+    shards = [Shard(shard_id, f"dedup verification of {shard_id}") for shard_id in work]
+    results, failed = runner(job, [(shard, "dedup_verify", work[shard.id]) for shard in shards], None)
+    threshold = job.dedup.minhash.verify_threshold
+    unverified = {
+        (ordinal_of[shard_id] << 32) | int(row)
+        for shard_id, result in results.items()
+        for row, similarity in zip(result["rows"], result["jaccard"], strict=True)
+        if similarity < threshold
+    }
+    return unverified, failed
+
+
 def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callable) -> tuple[dict, dict]:
     """Run the dedup steps over the selected documents of `shards`: per step a shuffle (a task per shard writes
     its keys into partition files), a task per partition (its forest of linked documents), and the driver's
@@ -220,9 +245,16 @@ def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callabl
         roots = components.column("root").to_numpy()
         ids = components.column("id").to_pylist()
         id_of = dict(zip(refs.tolist(), ids, strict=True))
+        unverified = set()
+        if step == "minhash" and job.dedup.minhash.verify_threshold is not None:
+            unverified, verify_failed = _unverified_duplicates(job, refs, roots, by_ordinal, runner)
+            failed.update(verify_failed)
+            if failed:
+                return {}, failed
         for ref, root, size in zip(refs.tolist(), roots.tolist(), components.column("size").to_pylist(), strict=True):
             shard_id, row = by_ordinal[ref >> 32], ref & 0xFFFFFFFF
-            decisions[shard_id][row] = (s, id_of[root], size) if root != ref else (-1, None, size)
+            dropped_here = root != ref and ref not in unverified
+            decisions[shard_id][row] = (s, id_of[root], size) if dropped_here else (-1, None, size)
     return {
         shard_id: {
             "rows": np.array(list(rows), np.int64),

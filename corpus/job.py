@@ -65,6 +65,9 @@ class MinHashOptions(_Section):
         None, gt=0, lt=1, description="Jaccard threshold: bands x rows then come from datasketch's optimal search"
     )
     seed: int = Field(1, description="seed of the hash functions")
+    verify_threshold: float | None = Field(
+        None, gt=0, le=1, description="drop a candidate only if its exact Jaccard with the kept document reaches this"
+    )
 
     @model_validator(mode="after")
     def _bands_fit(self) -> MinHashOptions:

@@ -37,6 +37,7 @@ from stages.dedup import (
     STEP_KEYS,
     add_dedup_keys,
     apply_duplicates,
+    jaccard,
     key_fields,
     merge_forests,
     partition_forest,
@@ -344,6 +345,37 @@ def dedup_partition(job: Job, work: dict) -> dict:
     report = {"id": f"{step}-{p}", "key": key, "linked": forest.num_rows}
     folder.write_json(done_path, report)
     return report
+
+
+def _texts_at(folder: OutputFolder, shard_id: str, rows: np.ndarray) -> list[str]:
+    """Texts of some rows of a shard's documents, reading only the row groups that hold them."""
+    import pyarrow.parquet as pq
+
+    with folder.fs.open(folder.path(f"documents/{shard_id}.parquet"), "rb") as fh:
+        parquet = pq.ParquetFile(fh)
+        starts = np.cumsum([0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)])
+        groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+        table = parquet.read_row_groups(groups.tolist(), columns=["text"])
+    within = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups]) if len(groups) else []
+    return table.column("text").take(pa.array(np.searchsorted(within, rows))).to_pylist()
+
+
+def dedup_verify_shard(job: Job, shard: Shard, work: dict) -> dict:
+    """Exact Jaccard of each MinHash duplicate of this shard (`work["rows"]`) with the document kept instead
+    (`work["originals"]`: (shard id, row) each), from the stored texts."""
+    folder = OutputFolder(job.output)
+    rows = np.asarray(work["rows"], np.int64)
+    originals = [None] * len(rows)
+    by_shard: dict[str, list[int]] = {}
+    for i, (shard_id, _) in enumerate(work["originals"]):
+        by_shard.setdefault(shard_id, []).append(i)
+    for shard_id, positions in by_shard.items():
+        wanted = np.array([work["originals"][i][1] for i in positions], np.int64)
+        for i, text in zip(positions, _texts_at(folder, shard_id, wanted), strict=True):
+            originals[i] = text
+    own = _texts_at(folder, shard.id, rows)
+    similarity = jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
+    return {"id": shard.id, "rows": rows, "jaccard": similarity}
 
 
 def dedup_components(job: Job, step: str) -> pa.Table:

@@ -113,6 +113,36 @@ def _minhash(offsets, word_hashes, ngram, a, b):
     return signatures
 
 
+@njit(cache=True)
+def _shingles(offsets, word_hashes, ngram):
+    out_offsets = np.zeros(len(offsets), np.int64)
+    out = np.empty(len(word_hashes) + len(offsets), np.uint64)
+    n = 0
+    for d in range(len(offsets) - 1):
+        start, end = offsets[d], offsets[d + 1]
+        if end > start:
+            span = min(ngram, end - start)
+            for i in range(start, end - span + 1):
+                h = np.uint64(0)
+                for j in range(i, i + span):
+                    h = _mix(h ^ word_hashes[j])
+                out[n] = h
+                n += 1
+        out_offsets[d + 1] = n
+    return out_offsets, out[:n]
+
+
+def jaccard(first: DocumentBatch, second: DocumentBatch, ngram: int) -> np.ndarray:
+    """Exact Jaccard similarity of the shingle sets (the MinHash shingles) of first[i] and second[i]."""
+    (a_offsets, a), (b_offsets, b) = (_shingles(*docs.folded_words, ngram) for docs in (first, second))
+    out = np.zeros(len(first), np.float64)
+    for i in range(len(first)):
+        x, y = np.unique(a[a_offsets[i] : a_offsets[i + 1]]), np.unique(b[b_offsets[i] : b_offsets[i + 1]])
+        union = len(np.union1d(x, y))
+        out[i] = len(np.intersect1d(x, y, assume_unique=True)) / union if union else 1.0
+    return out
+
+
 def minhash_signatures(docs: DocumentBatch, ngram: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(documents, len(a)) uint32 MinHash signatures over shingles of `ngram` lower-cased words."""
     offsets, word_hashes = docs.folded_words

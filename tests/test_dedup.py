@@ -20,6 +20,7 @@ from corpus.text import DocumentBatch
 from stages.dedup import (
     band_hashes,
     connected_components,
+    jaccard,
     key_edges,
     merge_forests,
     minhash_signatures,
@@ -50,6 +51,12 @@ def test_text_keys_ignore_case_punctuation_and_spacing_only():
     keys = text_keys(DocumentBatch(["Hello,   World!", "hello world", "hello  world.\n", "world hello", ""]))
     assert keys[0] == keys[1] == keys[2]
     assert len({int(keys[0]), int(keys[3]), int(keys[4])}) == 3
+
+
+def test_exact_jaccard_of_shingle_sets():
+    first = DocumentBatch(["a b c d e f g", "x y", "", "one two three four five"])
+    second = DocumentBatch(["A b c d e, f h", "x y", "", "six seven eight nine ten"])
+    assert jaccard(first, second, 5).tolist() == [0.5, 1.0, 1.0, 0.0]  # 2 of 4 shingles; short; empty; none
 
 
 def test_connected_components_and_key_groups():
@@ -204,6 +211,17 @@ def test_dedup_in_a_job_is_accounted_for_and_regrouped_without_recomputing_signa
     assert [p.stat().st_mtime_ns for p in (out / "documents").glob("*.parquet")] == stamps
     assert stricter["stages"]["dedup"]["dropped"].get("minhash_duplicate", 0) < dedup["dropped"]["minhash_duplicate"]
     assert stricter["stages"]["read"] == stats["stages"]["read"]
+
+    verified = run_job(_dedup_job(tmp_path, source, "[dedup.minhash]\nverify_threshold = 0.6\n"), use_ray=False)
+    assert 0 < verified["stages"]["dedup"]["dropped"]["minhash_duplicate"] < dedup["dropped"]["minhash_duplicate"]
+    selection = pq.read_table(out / "selection").to_pylist()
+    near = [row for row in selection if row["first_failure"] == "minhash_duplicate"]
+    similarity = jaccard(
+        DocumentBatch([by_id[row["id"]]["text"] for row in near]),
+        DocumentBatch([by_id[row["duplicate_of"]]["text"] for row in near]),
+        5,
+    )
+    assert len(near) == verified["stages"]["dedup"]["dropped"]["minhash_duplicate"] and similarity.min() >= 0.6
 
 
 def test_the_gov_uk_recrawl_keeps_the_latest_copy_of_each_page(tmp_path):
