@@ -236,7 +236,7 @@ def whole_section(docs) -> None:
         f"{'documents':>12}{'seconds':>10}{'docs/s':>10}{'peak RSS':>13}{'dropped':>9}{'copies found':>14}"
         f"{'unique dropped':>16}"
     )
-    timings = {}
+    timings, bytes_per_doc = {}, {}
     for total in (100_000, 1_000_000):
         started = time.perf_counter()
         parts: list[list[pa.Table]] = [[] for _ in range(partitions)]
@@ -250,9 +250,11 @@ def whole_section(docs) -> None:
             for p in range(partitions):
                 parts[p].append(rows.filter(pa.array(partition == p)))
             origins.append(origin)
+        shuffle_bytes = sum(t.nbytes for tables in parts for t in tables)
         forests = [partition_forest(pa.concat_tables(tables), "minhash") for tables in parts]
         del parts
         merged = merge_forests(forests, "minhash")
+        bytes_per_doc[total] = (shuffle_bytes / total, merged.nbytes / max(merged.num_rows, 1), merged.num_rows)
         kept = np.ones(total, np.bool_)
         linked = merged.column("ref").to_numpy()
         kept[linked] = linked == merged.column("root").to_numpy()
@@ -268,6 +270,11 @@ def whole_section(docs) -> None:
             f"{found:>14.1%}{unique_dropped:>16.2%}"
         )
     print(f"1M / 100k time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min and <= 4 GiB")
+    shuffled, merged_bytes, linked = bytes_per_doc[1_000_000]
+    print(
+        f"bytes per document at 1M: {shuffled:.0f} in the shuffle files (all selected documents, {BANDS} bands); "
+        f"{merged_bytes:.0f} per linked document in the driver's merge ({linked:,} linked of 1,000,000)"
+    )
 
 
 def main() -> None:
