@@ -18,23 +18,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
-real_documents_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(real_documents_module)
+from real_documents import real_documents  # beside this script
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PERMUTATIONS, NGRAM, BANDS, ROWS = 112, 5, 14, 8
@@ -286,7 +279,7 @@ def main() -> None:
 
     from corpus.text import DocumentBatch
 
-    texts = real_documents_module.real_documents(args.shared).column("text").to_pylist()
+    texts = real_documents(args.shared).column("text").to_pylist()
     words = sum(len(t.split()) for t in texts) / len(texts)
     print(f"{len(texts):,} real documents from {args.shared}, {words:.0f} words on average; 1 core")
     signatures_section(texts, args.datatrove_python)
