@@ -242,3 +242,23 @@ def test_the_gov_uk_recrawl_keeps_the_latest_copy_of_each_page(tmp_path):
         kept = [row for row in rows if selection[row["id"]]["kept"]]
         assert len(kept) == 1 and kept[0]["date"] == max(row["date"] for row in rows)
     assert stats["stages"]["dedup"]["dropped"]["url_duplicate"] == sum(len(rows) - 1 for rows in recrawled)
+
+
+def test_dedup_resumes_per_file_after_a_partial_run(tmp_path):
+    source = tmp_path / "crawl.warc.gz"
+    shutil.copy(SAMPLE_PATH, source)
+    job = _dedup_job(tmp_path, source, "partitions = 4\n")
+    first = run_job(job, use_ray=False)
+    out = tmp_path / "out"
+    decisions = pq.read_table(out / "selection").to_pylist()
+    forests = sorted((out / "dedup" / "minhash").glob("forest-*.parquet"))
+    assert len(forests) == 4
+    lost = forests[1]  # as if the run was killed before this partition finished
+    lost.unlink()
+    (lost.parent / f"_{lost.stem}.json").unlink()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "dedup").rglob("*.parquet") if p.exists()}
+    second = run_job(job, use_ray=False)
+    assert second["totals"] == first["totals"]
+    assert pq.read_table(out / "selection").to_pylist() == decisions
+    assert lost.exists()
+    assert all(p.stat().st_mtime_ns == stamp for p, stamp in stamps.items())  # nothing else was rewritten
