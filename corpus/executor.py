@@ -200,7 +200,7 @@ def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callabl
 
     ordinal = {shard.id: i for i, shard in enumerate(shards)}
     by_ordinal = {i: shard_id for shard_id, i in ordinal.items()}
-    decisions: dict[str, dict[int, tuple[int, str | None, int]]] = {shard.id: {} for shard in shards}
+    decisions: dict[str, dict[int, tuple[int, str, int]]] = {shard.id: {} for shard in shards}  # step, root, size
     failed: dict[str, str] = {}
     base = hashlib.sha256(
         pickle.dumps(
@@ -254,12 +254,12 @@ def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callabl
         for ref, root, size in zip(refs.tolist(), roots.tolist(), components.column("size").to_pylist(), strict=True):
             shard_id, row = by_ordinal[ref >> 32], ref & 0xFFFFFFFF
             dropped_here = root != ref and ref not in unverified
-            decisions[shard_id][row] = (s, id_of[root], size) if dropped_here else (-1, None, size)
+            decisions[shard_id][row] = (s if dropped_here else -1, id_of[root], size)
     return {
         shard_id: {
             "rows": np.array(list(rows), np.int64),
             "step": np.array([step for step, _, _ in rows.values()], np.int8),
-            "duplicate_of": [original for _, original, _ in rows.values()],
+            "cluster_id": [root for _, root, _ in rows.values()],
             "cluster_size": np.array([size for _, _, size in rows.values()], np.int32),
         }
         for shard_id, rows in decisions.items()

@@ -360,32 +360,35 @@ def merge_forests(forests: list[pa.Table], step: str) -> pa.Table:
 def apply_duplicates(selection: pa.Table, steps: list[str], decisions: dict) -> StageResult:
     """The selection with dedup's decisions, and the dedup stage's counts: it receives the selected documents and
     drops duplicates by step. `decisions` (sparse, from the driver): `rows` of this shard's documents that took
-    part in a cluster, with `step` (the step that dropped it, -1 if kept), `duplicate_of` (id kept instead) and
-    `cluster_size`; any other selected document is alone in its cluster."""
+    part in a cluster, with `step` (the step that dropped it, -1 if kept), `cluster_id` (the id of the document
+    its cluster keeps) and `cluster_size`; any other selected document is a cluster of its own."""
     started = time.perf_counter()
     kept = selection.column("kept").to_numpy(zero_copy_only=False).copy()
     counts = StageCounts(STAGE, received=int(kept.sum()))
     first_failure = selection.column("first_failure").to_pylist()
     failures = selection.column("failures").to_pylist()
+    ids = selection.column("id").to_pylist()
     duplicate = [None] * selection.num_rows
+    cluster = [doc_id if selected else None for doc_id, selected in zip(ids, kept, strict=True)]
     sizes = np.where(kept, 1, 0).astype(np.int32)
     has_size = kept.copy()
-    for row, step, original, size in zip(
-        decisions["rows"], decisions["step"], decisions["duplicate_of"], decisions["cluster_size"], strict=True
+    for row, step, root, size in zip(
+        decisions["rows"], decisions["step"], decisions["cluster_id"], decisions["cluster_size"], strict=True
     ):
         if not kept[row] and first_failure[row] is not None:
             raise ValueError(f"dedup decided on row {row}, which selection dropped: the selection changed; rerun")
-        sizes[row], has_size[row] = size, True
+        cluster[row], sizes[row], has_size[row] = root, size, True
         if step >= 0:
             reason = STEP_REASONS[steps[step]]
             kept[row] = False
-            first_failure[row], failures[row], duplicate[row] = reason, [reason], original
+            first_failure[row], failures[row], duplicate[row] = reason, [reason], root
             counts.drop(reason)
     counts.kept = int(kept.sum())
     table = selection.set_column(1, "kept", pa.array(kept))
     table = table.set_column(2, "first_failure", pa.array(first_failure, pa.string()))
     table = table.set_column(3, "failures", pa.array(failures, pa.list_(pa.string())))
     table = table.set_column(4, "duplicate_of", pa.array(duplicate, pa.string()))
-    table = table.set_column(5, "cluster_size", pa.array(sizes, pa.int32(), mask=~has_size))
+    table = table.set_column(5, "cluster_id", pa.array(cluster, pa.string()))
+    table = table.set_column(6, "cluster_size", pa.array(sizes, pa.int32(), mask=~has_size))
     counts.seconds = time.perf_counter() - started
     return StageResult(table.cast(selection.schema), counts)

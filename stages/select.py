@@ -23,6 +23,7 @@ SELECTION = pa.schema(
         pa.field("first_failure", pa.string(), metadata={"doc": "rule.signal.bound that dropped it first"}),
         pa.field("failures", pa.list_(pa.string()), metadata={"doc": "every rule.signal.bound it fails"}),
         pa.field("duplicate_of", pa.string(), metadata={"doc": "id of the document its dedup step kept instead"}),
+        pa.field("cluster_id", pa.string(), metadata={"doc": "id of the document its last dedup cluster keeps"}),
         pa.field("cluster_size", pa.int32(), metadata={"doc": "documents in its cluster at its last dedup step"}),
     ]
 )
@@ -94,6 +95,7 @@ def select_documents(signals: pa.Table, thresholds: list[Threshold]) -> tuple[St
             "first_failure": first_failure,
             "failures": failures,
             "duplicate_of": pa.nulls(n, pa.string()),
+            "cluster_id": pa.nulls(n, pa.string()),
             "cluster_size": pa.nulls(n, pa.int32()),
         },
         schema=SELECTION,

@@ -33,6 +33,7 @@ from stages.dedup import (
 )
 
 PERMUTATIONS = 112
+REASONS = ("url_duplicate", "exact_duplicate", "minhash_duplicate")
 
 
 def test_normalised_urls_ignore_what_does_not_change_the_page():
@@ -199,7 +200,10 @@ def test_dedup_in_a_job_is_accounted_for_and_regrouped_without_recomputing_signa
         )
     kept = set(selection.filter(selection.column("kept")).column("id").to_pylist())
     assert len(kept) == stats["totals"]["kept"]
-    duplicate_of = {row["id"]: row["duplicate_of"] for row in selection.to_pylist() if row["duplicate_of"]}
+    rows = selection.to_pylist()
+    assert all((row["cluster_id"] is None) == (row["first_failure"] not in (None, *REASONS)) for row in rows)
+    assert all(row["cluster_id"] == row["duplicate_of"] for row in rows if row["duplicate_of"])
+    duplicate_of = {row["id"]: row["duplicate_of"] for row in rows if row["duplicate_of"]}
     for doc_id in duplicate_of:  # each chain of duplicate_of ends at a kept document
         while doc_id in duplicate_of:
             doc_id = duplicate_of[doc_id]

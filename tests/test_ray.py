@@ -63,7 +63,9 @@ def _decisions(out: Path) -> list[tuple]:
     import pyarrow.parquet as pq
 
     rows = pq.read_table(out / "selection").to_pylist()
-    return sorted((r["id"], r["kept"], r["first_failure"], r["duplicate_of"], r["cluster_size"]) for r in rows)
+    return sorted(
+        (r["id"], r["kept"], r["first_failure"], r["duplicate_of"], r["cluster_id"], r["cluster_size"]) for r in rows
+    )
 
 
 def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run, tmp_path):
