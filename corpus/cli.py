@@ -113,7 +113,7 @@ def _rules_try(args: argparse.Namespace) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from corpus.rules import discover
+    from corpus.rules import CorpusRule, discover
     from corpus.text import DocumentBatch
     from stages.select import default_thresholds
 
@@ -129,10 +129,15 @@ def _rules_try(args: argparse.Namespace) -> int:
         thresholds = [t for t in job.thresholds if t.rule == args.rule]
     rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
     console = Console(soft_wrap=True)
-    for name, text, url, lang in _documents_to_try(args.files, args.limit):
-        docs = DocumentBatch([text], [url], [lang], [1.0])
+    documents = list(_documents_to_try(args.files, args.limit))
+    names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
+    docs = DocumentBatch(texts, urls, langs, [1.0] * len(texts))
+    if isinstance(rule, CorpusRule):  # the documents given are the corpus
+        signals = rule.corpus_signals(docs, rule.combine([rule.accumulate(docs)]))
+    else:
         signals = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
-        values = {signal.name: np.asarray(signals[signal.name])[0].item() for signal in rule.signals}
+    for i, (name, text, url) in enumerate(zip(names, texts, urls, strict=True)):
+        values = {signal.name: np.asarray(signals[signal.name])[i].item() for signal in rule.signals}
         failing = [t.reason for t in thresholds if t.failing(pa.array([values[t.signal]]))[0]]
         verdict = "[red]DROP[/] " + ", ".join(failing) if failing else "[green]KEEP[/]"
         console.print(f"[bold]{name}[/]  {verdict}")

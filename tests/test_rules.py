@@ -296,6 +296,15 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     assert "olmo2.max_repeated_ngrams = 40" in shown and "40 copies of a 1-gram" in shown
     assert f"{page}  KEEP" in shown
     assert main(["rules", "try", "no_such_rule", str(spam)]) == 2
+    # a corpus rule takes the files given as its corpus: a line in both is in 2 documents, not more than 1
+    for name, story in (("a.txt", "Story one."), ("b.txt", "Story two.")):
+        (tmp_path / name).write_text(f"{story}\nSubscribe now!\n")
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "t"\ninputs = ["{spam}"]\noutput = "out"\n[rules.line_dedup]\nmax_copies = 1\n')
+    assert (
+        main(["rules", "try", "line_dedup", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--job", str(job)]) == 0
+    )
+    assert capsys.readouterr().out.count("line_dedup.lines_removed = 1") == 2
 
 
 def test_line_and_paragraph_splits_equal_the_expressions_datatrove_splits_with():
