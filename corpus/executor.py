@@ -8,7 +8,8 @@ never per document. Workers report progress to a small actor; the driver only sc
 A run has waves of tasks: first every shard that is not complete is processed (or, when only the rules changed,
 re-annotated from its stored documents); with corpus rules, every shard is summarised, the driver combines the
 summaries (a reduce), and every shard gets its corpus signals; then quantile thresholds are resolved over the
-run and every shard is selected.
+run; with dedup steps, each step shuffles the selected documents' keys into partition files, links them per
+partition and merges the forests (`deduplicate`); finally every shard is selected, duplicates included.
 """
 
 from __future__ import annotations

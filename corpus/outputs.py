@@ -6,6 +6,8 @@ Layout of a run's output folder (local path or any fsspec URL):
     shards/<shard>.json         written last for a shard: its counts and errors; its presence = shard complete
     manifest.json               every shard: file, rows, bytes, sha256, the configuration fingerprint
     stats.json                  counts per stage and per shard, totals, throughput
+    selection/<shard>.parquet   per document: kept, first and all failing thresholds, dedup decisions
+    dedup/<step>/...            the dedup shuffle: partition files, per-partition forests, done markers
     job.toml                    the job file as run
 
 Every file is written to a temporary name and renamed into place, so a killed run never leaves a partial
