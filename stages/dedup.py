@@ -276,6 +276,8 @@ FOREST = pa.schema(
 
 def shuffle_rows(ids: list[str], refs: np.ndarray, keys: np.ndarray, dates, lengths) -> pa.Table:
     """One row per (document, band) with a key (a 0 key joins nothing), for the LSH shuffle."""
+    if len(refs) == 0:
+        return SHUFFLE.empty_table()
     keys = keys.reshape(len(refs), -1)
     document, band = np.nonzero(keys)
     return pa.table(

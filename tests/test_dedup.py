@@ -266,3 +266,14 @@ def test_dedup_resumes_per_file_after_a_partial_run(tmp_path):
     assert pq.read_table(out / "selection").to_pylist() == decisions
     assert lost.exists()
     assert all(p.stat().st_mtime_ns == stamp for p, stamp in stamps.items())  # nothing else was rewritten
+
+
+def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
+    source = tmp_path / "crawl.warc.gz"
+    shutil.copy(SAMPLE_PATH, source)
+    nothing = "partitions = 3\n[select.gopher_quality]\nwords.min = 1000000\n[dedup.minhash]\nverify_threshold = 0.5\n"
+    stats = run_job(_dedup_job(tmp_path, source, nothing), use_ray=False)
+    assert not stats["failed_shards"] and stats["totals"]["kept"] == 0 and stats["totals"]["unaccounted"] == 0
+    assert stats["stages"]["dedup"]["received"] == 0
+    empty = shuffle_rows([], np.empty(0, np.int64), np.empty((0, 14), np.uint64), [], [])
+    assert merge_forests([partition_forest(empty, "minhash")], "minhash").num_rows == 0
