@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -56,6 +57,24 @@ def _run(args: argparse.Namespace) -> int:
     if stats["failed_shards"]:
         console.print("[red]Some shards failed; run the same command again to retry just those.")
         return 1
+    return 0
+
+
+def _tokenizer_train(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from stages.tokenize import train_tokenizer
+
+    run = Path(args.run)
+    selection = pq.read_table(run / "selection", columns=["id", "kept"])
+    kept = set(selection.filter(selection.column("kept")).column("id").to_pylist())
+    if not kept:
+        print(f"corpus: {run} has no selected documents to train on", file=sys.stderr)
+        return 2
+    documents = pq.read_table(run / "documents", columns=["id", "text"])
+    texts = [row["text"] for row in documents.to_pylist() if row["id"] in kept]
+    train_tokenizer(texts, args.vocab_size, args.out)
+    print(f"wrote {args.out}: byte-level BPE, {args.vocab_size} tokens, trained on {len(texts):,} documents")
     return 0
 
 
@@ -165,6 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--output", help="output folder or URL (overrides the job file's `output`)")
     run.add_argument("--no-ray", action="store_true", help="run shards one after another in this process")
     run.set_defaults(handler=_run)
+
+    tokenizer = commands.add_parser("tokenizer", help="train a tokenizer").add_subparsers(
+        dest="tokenizer_command", required=True
+    )
+    train = tokenizer.add_parser("train", help="byte-level BPE on the documents a run selected")
+    train.add_argument("run", help="a run's output folder (its selection/ and documents/)")
+    train.add_argument("--vocab-size", type=int, default=8192)
+    train.add_argument("--out", required=True, help="the tokenizer JSON file to write")
+    train.set_defaults(handler=_tokenizer_train)
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")

@@ -40,6 +40,8 @@ from corpus.pipeline import (
     select_shard,
     stored_signals,
     summarize_shard,
+    tokenize_shard,
+    write_token_manifest,
 )
 from corpus.progress import RunProgress
 from corpus.stats import summarize
@@ -83,6 +85,8 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
         return dedup_partition(job, report)
     if action == "dedup_verify":
         return dedup_verify_shard(job, shard, report)
+    if action == "tokenize":
+        return tokenize_shard(job, shard)
     return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
@@ -332,8 +336,14 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
             job, [(s, "select", duplicates[s.id]) for s in complete_shards], None, {"thresholds": thresholds}
         )
         failed.update(select_failed)
+        tokenized = None
+        if job.tokenize.tokenizer:
+            selected = [shard for shard in complete_shards if shard.id in selections]
+            tokenized, tokenize_failed = runner(job, [(s, "tokenize", None) for s in selected], None)
+            failed.update(tokenize_failed)
+            write_token_manifest(job, [tokenized[s.id] for s in selected if s.id in tokenized], thresholds)
 
-        stats = summarize(job, reports, selections, failed, time.perf_counter() - started, thresholds)
+        stats = summarize(job, reports, selections, failed, time.perf_counter() - started, thresholds, tokenized)
         folder.write_json("stats.json", stats)
         folder.write_json(
             "manifest.json",

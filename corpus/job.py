@@ -92,6 +92,14 @@ class DedupOptions(_Section):
     partitions: int = Field(16, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks)")
 
 
+class TokenizeOptions(_Section):
+    tokenizer: str = Field("", description="a tokenizers JSON file; empty = no token shards")
+    separator: str = Field("<|endoftext|>", description="the token after every document")
+    tokens_per_shard: int = Field(100_000_000, ge=1, description="a token shard is closed past this many tokens")
+    row_group_documents: int = Field(1000, ge=1, description="documents per Parquet row group")
+    variant: str = Field("", description="the selection's name in the shards; empty = the job's name")
+
+
 class RayOptions(_Section):
     num_cpus_per_task: float = Field(1.0, gt=0)
     max_retries: int = Field(3, ge=0, description="retries of a shard task whose worker died")
@@ -110,6 +118,7 @@ class Job(_Section):
     rules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="settings per rule: [rules.NAME]")
     select: dict[str, Any] = Field(default_factory=dict, description="thresholds: [select.RULE] SIGNAL.min/max")
     dedup: DedupOptions = DedupOptions()
+    tokenize: TokenizeOptions = TokenizeOptions()
     ray: RayOptions = RayOptions()
 
     # Filled in by load_job, not by the file.
@@ -198,6 +207,13 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
         job = Job.model_validate(data)
     except ValidationError as exc:
         raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
+    if job.tokenize.tokenizer:
+        tokenizer = _resolve_path(job.tokenize.tokenizer, path.parent)
+        if not Path(tokenizer).is_file():
+            raise JobError(
+                f"{path}: key 'tokenize.tokenizer': no such file {tokenizer!r} (make one with `corpus tokenizer train`)"
+            )
+        job = job.model_copy(update={"tokenize": job.tokenize.model_copy(update={"tokenizer": tokenizer})})
     if job.extract.lid_model:
         lid = _resolve_path(job.extract.lid_model, path.parent)
         if not Path(lid).is_file():

@@ -48,6 +48,7 @@ from stages.dedup import (
 from stages.extract import extract_documents
 from stages.read import read_records
 from stages.select import SELECTION, select_documents
+from stages.tokenize import file_sha256, load_tokenizer, tokenize_documents
 
 STAGES = ("read", "extract", "annotate")
 ALL_STAGES = (*STAGES, "select", "dedup")
@@ -388,6 +389,117 @@ def dedup_components(job: Job, step: str) -> pa.Table:
         with folder.fs.open(folder.path("dedup", step, f"forest-{p}.parquet"), "rb") as fh:
             forests.append(pq.read_table(fh, schema=FOREST))
     return merge_forests(forests, step)
+
+
+_TOKENIZERS: dict[str, tuple] = {}
+
+
+def tokenize_shard(job: Job, shard: Shard) -> dict:
+    """A shard's selected documents as token shards `tokens/shards/<shard>-<k>.parquet` (a new file past
+    `tokens_per_shard` tokens); its report `tokens/shards/_<shard>.json`; skipped when selection and tokenizer
+    match that report."""
+    import pyarrow.parquet as pq
+
+    folder = OutputFolder(job.output)
+    options = job.tokenize
+    with folder.fs.open(folder.path(shard.selection_path), "rb") as fh:
+        selection_bytes = fh.read()
+    key = hashlib.sha256(
+        json.dumps([file_sha256(options.tokenizer), options.model_dump(), job.name], sort_keys=True).encode()
+        + hashlib.sha256(selection_bytes).digest()
+    ).hexdigest()[:16]
+    report_path = f"tokens/shards/_{shard.id}.json"  # '_': readers of the folder skip it
+    done = folder.read_json(report_path)
+    if done is not None and done["key"] == key:
+        return done
+    if options.tokenizer not in _TOKENIZERS:  # once per worker process
+        _TOKENIZERS[options.tokenizer] = load_tokenizer(options.tokenizer, options.separator)
+    tokenizer, separator_id = _TOKENIZERS[options.tokenizer]
+    kept = pq.read_table(pa.BufferReader(selection_bytes), columns=["kept"]).column("kept").to_numpy()
+    for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
+        folder.fs.rm(stale)
+    files, counts = _write_token_files(job, shard, folder, kept, tokenizer, separator_id)
+    report = {
+        "id": shard.id,
+        "key": key,
+        "files": files,
+        "documents": sum(f["rows"] for f in files),
+        "tokens": sum(f["tokens"] for f in files),
+        "tokenize": counts.to_dict(),
+    }
+    folder.write_json(report_path, report)
+    return report
+
+
+def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> None:
+    """`tokens/manifest.json`: every token file with its counts, the totals, the tokenizer and the selection."""
+    from tokenizers import Tokenizer
+
+    folder = OutputFolder(job.output)
+    options = job.tokenize
+    files = [file for report in sorted(reports, key=lambda r: r["id"]) for file in report["files"]]
+    folder.write_json(
+        "tokens/manifest.json",
+        {
+            "variant": options.variant or job.name,
+            "files": files,
+            "documents": sum(f["rows"] for f in files),
+            "tokens": sum(f["tokens"] for f in files),
+            "tokenizer": {
+                "path": options.tokenizer,
+                "sha256": file_sha256(options.tokenizer),
+                "vocab_size": Tokenizer.from_file(options.tokenizer).get_vocab_size(),
+                "separator": options.separator,
+            },
+            "selection": {
+                "thresholds": {threshold.reason: threshold.value for threshold in thresholds},
+                "dedup": list(job.dedup.steps),
+                "job_sha256": job.source_sha256,
+            },
+            "schema": "doc_id string, tokens list<uint16> (uint32 past 65,536 tokens), n_tokens int32, variant string",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
+
+
+def _write_token_files(job, shard, folder, kept, tokenizer, separator_id) -> tuple[list[dict], StageCounts]:
+    options = job.tokenize
+    files, writer, counts, row, tokens_in_file = [], None, StageCounts("tokenize"), 0, 0
+    try:
+        for table in _stored_batches(folder, shard, options.row_group_documents, ["id", "text"]):
+            chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
+            row += table.num_rows
+            if chosen.num_rows == 0:
+                continue
+            result = tokenize_documents(
+                chosen.column("id").combine_chunks(),
+                chosen.column("text").to_pylist(),
+                tokenizer,
+                separator_id,
+                options.variant or job.name,
+            )
+            counts.merge(result.counts)
+            pending = result.table
+            while pending.num_rows:
+                if writer is None:
+                    writer = folder.parquet_writer(f"tokens/shards/{shard.id}-{len(files):05d}.parquet", pending.schema)
+                    tokens_in_file = 0
+                running = tokens_in_file + np.cumsum(pending.column("n_tokens").to_numpy())
+                full = np.flatnonzero(running >= options.tokens_per_shard)  # the document that fills this file
+                take = int(full[0]) + 1 if len(full) else pending.num_rows
+                writer.write(pending.slice(0, take))
+                tokens_in_file = int(running[take - 1])
+                pending = pending.slice(take)
+                if len(full):
+                    files.append({**writer.commit(), "tokens": tokens_in_file})
+                    writer = None
+        if writer is not None:
+            files.append({**writer.commit(), "tokens": tokens_in_file})
+    except BaseException:
+        if writer is not None:
+            writer.abort()  # no partial token file under a final name
+        raise
+    return files, counts
 
 
 def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | None = None) -> dict:

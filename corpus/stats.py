@@ -38,6 +38,7 @@ def summarize(
     failed: dict[str, str],
     wall_seconds: float,
     thresholds: list,
+    tokenized: dict[str, dict] | None = None,
 ) -> dict:
     """Everything a run did, from its shard reports (including shards completed by an earlier attempt) and the
     selection of each shard."""
@@ -104,6 +105,15 @@ def summarize(
             for threshold in thresholds
         },
         "dedup": _dedup_summary(job, stages.get("dedup")),
+        "tokens": (
+            {
+                "documents": sum(r["documents"] for r in tokenized.values()),
+                "tokens": sum(r["tokens"] for r in tokenized.values()),
+                "files": sum(len(r["files"]) for r in tokenized.values()),
+            }
+            if tokenized is not None
+            else None
+        ),
         "per_shard": per_shard,
         "throughput": {
             "wall_seconds": round(wall_seconds, 3),

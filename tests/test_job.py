@@ -140,10 +140,11 @@ def test_readme_documents_every_job_key():
         MinHashOptions,
         RayOptions,
         ReadOptions,
+        TokenizeOptions,
     )
 
     readme = (REPO / "README.md").read_text()
-    sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup"}
+    sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
     for key in ("[rules.NAME]", "[select] rules", "[select.RULE]"):
@@ -155,6 +156,7 @@ def test_readme_documents_every_job_key():
         ("ray", RayOptions),
         ("dedup", DedupOptions),
         ("dedup.minhash", MinHashOptions),
+        ("tokenize", TokenizeOptions),
     ):
         for key in model.model_fields:
             assert f"| `[{section}] {key}` |" in readme, f"[{section}] {key}"

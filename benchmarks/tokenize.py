@@ -1,0 +1,84 @@
+"""The tokenize stage (encode + token shard rows + zstd Parquet) against the raw `tokenizers` batch encode, one core.
+
+Same 5,545 real documents, same byte-level BPE tokenizer (trained here on them, 32,000 tokens), batches of 1,000
+documents. Goal: the stage >= 0.8x the raw encoder's tokens/s.
+
+    python benchmarks/tokenize.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is named like the standard library's `tokenize`: its folder must not be on sys.path.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+os.environ["RAYON_NUM_THREADS"] = "1"  # `tokenizers` parallelises batches with Rayon; one core each side
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+real_documents = _module.real_documents
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+BATCH = 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=SHARED)
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    from stages.tokenize import END_OF_TEXT, load_tokenizer, token_schema, tokenize_documents, train_tokenizer
+
+    documents = real_documents(args.shared)
+    texts = documents.column("text").to_pylist()
+    ids = documents.column("id").combine_chunks()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "tokenizer.json")
+        train_tokenizer(texts, 32_000, path)
+        tokenizer, separator = load_tokenizer(path, END_OF_TEXT)
+
+        tokenizer.encode_batch_fast(texts[:BATCH])  # warm up, so that neither side pays first-use costs
+        started = time.perf_counter()
+        raw_tokens = 0
+        for offset in range(0, len(texts), BATCH):
+            raw_tokens += sum(len(e.ids) for e in tokenizer.encode_batch_fast(texts[offset : offset + BATCH]))
+        raw_s = time.perf_counter() - started
+
+        started = time.perf_counter()
+        stage_tokens = 0
+        with pq.ParquetWriter(Path(tmp) / "tokens.parquet", token_schema(32_000), compression="zstd") as writer:
+            for offset in range(0, len(texts), BATCH):
+                result = tokenize_documents(
+                    ids.slice(offset, BATCH), texts[offset : offset + BATCH], tokenizer, separator, "bench"
+                )
+                writer.write_table(result.table)
+                stage_tokens += pa.compute.sum(result.table.column("n_tokens")).as_py()
+        stage_s = time.perf_counter() - started
+
+    print(f"{len(texts):,} real documents, {raw_tokens:,} tokens (byte-level BPE, 32,000), 1 core\n")
+    print(f"{'measure':<58}{'stage':>12}{'raw encode':>12}{'ratio':>8}")
+    stage_rate, raw_rate = stage_tokens / stage_s, raw_tokens / raw_s
+    print(
+        f"{'tokens/s: encode + rows + zstd Parquet vs encode_batch_fast':<58}"
+        f"{stage_rate:>12,.0f}{raw_rate:>12,.0f}{stage_rate / raw_rate:>7.2f}x"
+    )
+    print("goal: the stage >= 0.8x the raw encoder (the stage's tokens include one separator per document)")
+
+
+if __name__ == "__main__":
+    main()

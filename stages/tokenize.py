@@ -1,0 +1,107 @@
+"""Tokenize stage: selected documents into Parquet token shards a training loop can stream.
+
+A Hugging Face `tokenizer.json` (the `tokenizers` library; `corpus tokenizer train` makes a byte-level BPE one
+from a run's selected documents, so nothing needs the hub) encodes each document; a separator token (the end of
+text) follows every document, so documents can be packed back to back. Token shards (schema `token_schema`):
+
+    doc_id    string            the document's id
+    tokens    list<uint16>      its tokens then the separator (list<uint32> when the vocabulary exceeds 65,536)
+    n_tokens  int32             len(tokens)
+    variant   string            the selection the shard was made from (the job's name by default)
+
+zstd-compressed, row groups of `row_group_documents` documents, written in document order: the same input and
+options give byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.accounting import StageCounts, StageResult
+
+STAGE = "tokenize"
+END_OF_TEXT = "<|endoftext|>"
+
+
+class TokenizerError(Exception):
+    """A tokenizer file that cannot be used; the message names the file and what to do."""
+
+
+def load_tokenizer(path: str, separator: str):
+    """(the tokenizer, its separator token id); refuses a missing or unreadable file, or an unknown separator."""
+    from tokenizers import Tokenizer
+
+    if not Path(path).is_file():
+        raise TokenizerError(f"tokenizer file {path!r} does not exist; make one with `corpus tokenizer train`")
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as exc:  # noqa: BLE001 - the library raises plain Exceptions for bad files
+        raise TokenizerError(f"{path} is not a tokenizers JSON file: {exc}") from None
+    separator_id = tokenizer.token_to_id(separator)
+    if separator_id is None:
+        raise TokenizerError(f"{path} has no token {separator!r} to put between documents; set [tokenize] separator")
+    return tokenizer, separator_id
+
+
+def file_sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def token_schema(vocab_size: int) -> pa.Schema:
+    token_type = pa.uint16() if vocab_size <= 1 << 16 else pa.uint32()
+    return pa.schema(
+        [
+            pa.field("doc_id", pa.string(), nullable=False),
+            pa.field("tokens", pa.list_(token_type), nullable=False),
+            pa.field("n_tokens", pa.int32(), nullable=False),
+            pa.field("variant", pa.string(), nullable=False),
+        ]
+    )
+
+
+def tokenize_documents(ids: pa.Array, texts: list[str], tokenizer, separator_id: int, variant: str) -> StageResult:
+    """One row per document: its tokens followed by the separator."""
+    started = time.perf_counter()
+    schema = token_schema(tokenizer.get_vocab_size())
+    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) + 1 for e in encodings), np.int64, len(encodings))
+    flat = np.empty(int(lengths.sum()), schema.field("tokens").type.value_type.to_pandas_dtype())
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    for encoding, start, end in zip(encodings, offsets[:-1], offsets[1:], strict=True):
+        flat[start : end - 1] = encoding.ids
+        flat[end - 1] = separator_id
+    table = pa.Table.from_arrays(
+        [
+            ids,
+            pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)),
+            pa.array(lengths, pa.int32()),
+            pa.array([variant] * len(texts), pa.string()),
+        ],
+        schema=schema,
+    )
+    counts = StageCounts(STAGE, received=len(texts), kept=len(texts))
+    counts.seconds = time.perf_counter() - started
+    return StageResult(table, counts)
+
+
+def train_tokenizer(texts, vocab_size: int, out: str) -> None:
+    """A byte-level BPE tokenizer (GPT-2 style pre-tokenisation) with `END_OF_TEXT`, trained on `texts`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.save(out)

@@ -1,0 +1,93 @@
+"""Token shards: exact round trips on real documents, counts that add up, target sizes, determinism, bad files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, SHARED_DATA, shared, write_job
+
+from corpus.executor import run_job
+from corpus.job import JobError, load_job
+from corpus.sample import SAMPLE_PATH
+from stages.tokenize import END_OF_TEXT, TokenizerError, load_tokenizer, tokenize_documents, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory):
+    import importlib.util
+
+    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
+    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    texts = module.real_documents(SHARED_DATA).column("text").to_pylist()
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    train_tokenizer(texts[::2], 4096, str(path))  # trained on half, checked on the other half too
+    return str(path), texts
+
+
+def test_tokens_decode_back_to_the_exact_text_of_real_documents(tokenizer_file):
+    path, texts = tokenizer_file
+    tokenizer, separator = load_tokenizer(path, END_OF_TEXT)
+    sample = texts[1::5]  # documents the tokenizer did not see
+    table = tokenize_documents(pa.array([str(i) for i in range(len(sample))]), sample, tokenizer, separator, "v").table
+    assert table.schema.field("tokens").type == pa.list_(pa.uint16())
+    for text, tokens in zip(sample, table.column("tokens").to_pylist(), strict=True):
+        assert tokens[-1] == separator and separator not in tokens[:-1]
+        assert tokenizer.decode(tokens[:-1], skip_special_tokens=False) == text
+    assert table.column("n_tokens").to_pylist() == [len(t) for t in table.column("tokens").to_pylist()]
+
+
+def _job(tmp_path, tokenizer: str, out: str, extra: str = ""):
+    body = (
+        '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["exact"]\n'
+        f'[tokenize]\ntokenizer = "{tokenizer}"\ntokens_per_shard = 30000\nrow_group_documents = 50\n{extra}'
+    )
+    return load_job(write_job(tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / out, body))
+
+
+def test_a_job_writes_token_shards_that_add_up_and_are_deterministic(tokenizer_file, tmp_path):
+    path, _ = tokenizer_file
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
+    stats = run_job(_job(tmp_path, path, "a"), use_ray=False)
+    manifest = json.loads((tmp_path / "a" / "tokens" / "manifest.json").read_text())
+    tokens = pq.read_table(tmp_path / "a" / "tokens" / "shards", columns=["doc_id", "n_tokens", "variant"])
+    kept = pq.read_table(tmp_path / "a" / "selection", columns=["id", "kept"])
+    kept_ids = kept.filter(kept.column("kept")).column("id").to_pylist()
+    assert sorted(tokens.column("doc_id").to_pylist()) == sorted(kept_ids)  # every kept document, once
+    assert manifest["documents"] == stats["tokens"]["documents"] == stats["totals"]["kept"] == tokens.num_rows
+    assert manifest["tokens"] == stats["tokens"]["tokens"] == sum(tokens.column("n_tokens").to_pylist())
+    assert manifest["tokenizer"]["vocab_size"] == 4096 and set(tokens.column("variant").to_pylist()) == {"test"}
+    files = manifest["files"]
+    assert len(files) >= 2
+    for file in files[:-1]:  # each file but the last is closed by the document that reaches the target
+        n_tokens = pq.read_table(tmp_path / "a" / file["path"], columns=["n_tokens"]).column("n_tokens").to_numpy()
+        assert n_tokens.sum() == file["tokens"] >= 30000 > n_tokens[:-1].sum()
+    assert pq.ParquetFile(tmp_path / "a" / files[0]["path"]).metadata.num_row_groups > 1
+
+    again = run_job(_job(tmp_path, path, "b"), use_ray=False)
+    assert again["tokens"] == stats["tokens"]
+    assert [f["sha256"] for f in json.loads((tmp_path / "b" / "tokens" / "manifest.json").read_text())["files"]] == [
+        f["sha256"] for f in files
+    ]  # byte-identical shards
+    stamps = [p.stat().st_mtime_ns for p in sorted((tmp_path / "a" / "tokens" / "shards").glob("*.parquet"))]
+    run_job(_job(tmp_path, path, "a"), use_ray=False)
+    assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "a" / "tokens" / "shards").glob("*.parquet"))] == stamps
+
+
+def test_tokenizer_files_that_cannot_be_used_are_refused_with_their_path(tokenizer_file, tmp_path):
+    path, _ = tokenizer_file
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
+    with pytest.raises(JobError, match="key 'tokenize.tokenizer': no such file"):
+        _job(tmp_path, str(tmp_path / "missing.json"), "x")
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{ not json")
+    with pytest.raises(TokenizerError, match="corrupt.json is not a tokenizers JSON file"):
+        load_tokenizer(str(corrupt), END_OF_TEXT)
+    with pytest.raises(TokenizerError, match="has no token '<sep>'"):
+        load_tokenizer(path, "<sep>")
+    assert load_tokenizer(path, END_OF_TEXT)[1] == 0  # the special token comes first in our trained tokenizer
