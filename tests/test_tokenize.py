@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -13,7 +14,14 @@ from conftest import REPO, SHARED_DATA, shared, write_job
 from corpus.executor import run_job
 from corpus.job import JobError, load_job
 from corpus.sample import SAMPLE_PATH
-from stages.tokenize import END_OF_TEXT, TokenizerError, load_tokenizer, tokenize_documents, train_tokenizer
+from stages.tokenize import (
+    END_OF_TEXT,
+    TokenizerError,
+    TokenStream,
+    load_tokenizer,
+    tokenize_documents,
+    train_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +99,25 @@ def test_tokenizer_files_that_cannot_be_used_are_refused_with_their_path(tokeniz
     with pytest.raises(TokenizerError, match="has no token '<sep>'"):
         load_tokenizer(path, "<sep>")
     assert load_tokenizer(path, END_OF_TEXT)[1] == 0  # the special token comes first in our trained tokenizer
+
+
+def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resumes(tokenizer_file, tmp_path):
+    path, _ = tokenizer_file
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
+    run_job(_job(tmp_path, path, "run"), use_ray=False)
+    run = tmp_path / "run"
+    everything = np.concatenate(pq.read_table(run / "tokens" / "shards").column("tokens").to_numpy(False).tolist())
+    readers = [TokenStream(run, 255, rank=r, world_size=2, worker=w, num_workers=2) for r in (0, 1) for w in (0, 1)]
+    sequences = [list(reader) for reader in readers]
+    assert all(len(seq) == 256 for part in sequences for seq in part[:-1])
+    assert all(len(part) > 1 for part in sequences)  # every reader got work
+    seen = np.concatenate([seq for part in sequences for seq in part])
+    assert len(seen) == len(everything) and np.array_equal(np.sort(seen), np.sort(everything))
+
+    first = TokenStream(run, 255, rank=1, world_size=2, worker=0, num_workers=2)
+    stream = iter(first)
+    head = [next(stream) for _ in range(3)]
+    resumed = list(TokenStream(run, 255, rank=1, world_size=2, worker=0, num_workers=2, state=first.state))
+    assert [s.tolist() for s in head + resumed] == [s.tolist() for s in sequences[2]]
+    dropped = list(TokenStream(run, 255, rank=1, world_size=2, worker=0, num_workers=2, drop_last=True))
+    assert [s.tolist() for s in dropped] == [s.tolist() for s in sequences[2] if len(s) == 256]
