@@ -86,7 +86,7 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
     if action == "dedup_verify":
         return dedup_verify_shard(job, shard, report)
     if action == "tokenize":
-        return tokenize_shard(job, shard)
+        return tokenize_shard(job, shard, shared["combined"], shared["key"])
     return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
@@ -311,6 +311,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
             report["skipped"] = report["id"] in complete and report["id"] not in {s.id for s, _, _ in work}
         complete_shards = [shard for shard in shards if shard.id in {r["id"] for r in reports}]
         runner: Callable = _run_on_ray if use_ray else _run_inline
+        combined, key = {}, ""
         if corpus_rules(job) and complete_shards:
             summaries, summary_failed = runner(job, [(s, "summarize", None) for s in complete_shards], None)
             failed.update(summary_failed)
@@ -339,7 +340,9 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
         tokenized = None
         if job.tokenize.tokenizer:
             selected = [shard for shard in complete_shards if shard.id in selections]
-            tokenized, tokenize_failed = runner(job, [(s, "tokenize", None) for s in selected], None)
+            tokenized, tokenize_failed = runner(
+                job, [(s, "tokenize", None) for s in selected], None, {"combined": combined, "key": key}
+            )
             failed.update(tokenize_failed)
             write_token_manifest(job, [tokenized[s.id] for s in selected if s.id in tokenized], thresholds)
 

@@ -394,7 +394,21 @@ def dedup_components(job: Job, step: str) -> pa.Table:
 _TOKENIZERS: dict[str, tuple] = {}
 
 
-def tokenize_shard(job: Job, shard: Shard) -> dict:
+def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
+    """The texts a model trains on: the stored (extracted) texts through the corpus modifiers (line dedup, against
+    the run's combined summary, whose line hashes come from these same texts), then the job's modifiers in
+    order (C4's line removal, PII masking)."""
+    texts = table.column("text").to_pylist()
+    for rule in corpus_rules(job):
+        texts = rule.modify_texts(texts, combined[rule.name]) or texts
+    docs = DocumentBatch.from_table(table).with_texts(texts)
+    for rule in document_rules(job):
+        if rule.modifies_text:
+            docs = docs.with_texts(rule.modify(docs)[1])
+    return docs.texts
+
+
+def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> dict:
     """A shard's selected documents as token shards `tokens/shards/<shard>-<k>.parquet` (a new file past
     `tokens_per_shard` tokens); its report `tokens/shards/_<shard>.json`; skipped when selection and tokenizer
     match that report."""
@@ -405,7 +419,10 @@ def tokenize_shard(job: Job, shard: Shard) -> dict:
     with folder.fs.open(folder.path(shard.selection_path), "rb") as fh:
         selection_bytes = fh.read()
     key = hashlib.sha256(
-        json.dumps([file_sha256(options.tokenizer), options.model_dump(), job.name], sort_keys=True).encode()
+        json.dumps(
+            [file_sha256(options.tokenizer), options.model_dump(), job.name, annotate_fingerprint(job), corpus_key],
+            sort_keys=True,
+        ).encode()
         + hashlib.sha256(selection_bytes).digest()
     ).hexdigest()[:16]
     report_path = f"tokens/shards/_{shard.id}.json"  # '_': readers of the folder skip it
@@ -418,7 +435,7 @@ def tokenize_shard(job: Job, shard: Shard) -> dict:
     kept = pq.read_table(pa.BufferReader(selection_bytes), columns=["kept"]).column("kept").to_numpy()
     for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
         folder.fs.rm(stale)
-    files, counts = _write_token_files(job, shard, folder, kept, tokenizer, separator_id)
+    files, counts = _write_token_files(job, shard, folder, kept, tokenizer, separator_id, combined)
     report = {
         "id": shard.id,
         "key": key,
@@ -462,18 +479,19 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     )
 
 
-def _write_token_files(job, shard, folder, kept, tokenizer, separator_id) -> tuple[list[dict], StageCounts]:
+def _write_token_files(job, shard, folder, kept, tokenizer, separator_id, combined) -> tuple[list[dict], StageCounts]:
     options = job.tokenize
     files, writer, counts, row, tokens_in_file = [], None, StageCounts("tokenize"), 0, 0
     try:
-        for table in _stored_batches(folder, shard, options.row_group_documents, ["id", "text"]):
+        columns = ["id", "text", "url", "domain", "lang", "lang_score"]
+        for table in _stored_batches(folder, shard, options.row_group_documents, columns):
             chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
             row += table.num_rows
             if chosen.num_rows == 0:
                 continue
             result = tokenize_documents(
                 chosen.column("id").combine_chunks(),
-                chosen.column("text").to_pylist(),
+                training_texts(job, chosen, combined),
                 tokenizer,
                 separator_id,
                 options.variant or job.name,

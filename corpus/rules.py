@@ -114,6 +114,10 @@ class CorpusRule(Rule):
     def corpus_signals(self, docs: DocumentBatch, summary) -> dict[str, Sequence]:
         raise NotImplementedError
 
+    def modify_texts(self, texts: list[str], summary) -> list[str] | None:
+        """A corpus modifier (line dedup) returns the texts it rewrites against the combined summary; None: not one."""
+        return None
+
 
 _REGISTRY: dict[str, type[Rule]] = {}
 _DISCOVERED = False

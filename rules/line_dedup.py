@@ -4,7 +4,8 @@ Llama 3 (Dubey et al. 2024, section 3.1.1): "we remove lines that appeared more 
 30M documents", after CCNet (Wenzek et al. 2020, section 3.2), which hashes normalised lines (lower case, digits
 as 0) across a shard of documents. The first pass counts, per normalised line, the documents that contain it
 (summed over all shards: the bucket is the run); the second gives each document the lines it would lose and
-their share of its characters. `remove_repeated_lines` is the modifier that cuts them. Select on the share, e.g.
+their share of its characters. `remove_repeated_lines` is the modifier that cuts them (the tokenize stage applies
+it to the text it writes). Select on the share, e.g.
 `[select.line_dedup] chars_removed_frac.max = 0.5`, to drop pages that are mostly boilerplate.
 """
 
@@ -98,6 +99,10 @@ class LineDedup(CorpusRule):
         counts = np.bincount(inverse, weights=np.concatenate([c for _, c in summaries])).astype(np.int64)
         frequent = counts > self.options.max_copies  # only these matter in the second pass
         return hashes[frequent], counts[frequent]
+
+    def modify_texts(self, texts: list[str], summary: tuple[np.ndarray, np.ndarray]) -> list[str]:
+        repeated = {int(h) for h in summary[0]}
+        return [remove_repeated_lines(text, repeated) for text in texts]
 
     def corpus_signals(self, docs: DocumentBatch, summary: tuple[np.ndarray, np.ndarray]) -> dict:
         repeated_hashes, _ = summary

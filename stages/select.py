@@ -84,7 +84,7 @@ def select_documents(signals: pa.Table, thresholds: list[Threshold]) -> tuple[St
     for t, threshold in enumerate(thresholds):
         failing[t] = threshold.failing(signals.column(threshold.column))
     any_failure = failing.any(axis=0)
-    first = np.where(any_failure, failing.argmax(axis=0), -1)
+    first = np.where(any_failure, failing.argmax(axis=0), -1) if thresholds else np.full(n, -1)
     reasons = [threshold.reason for threshold in thresholds]
     first_failure = [reasons[f] if f >= 0 else None for f in first]
     failures = [[reasons[t] for t in np.flatnonzero(failing[:, d])] for d in range(n)]

@@ -164,6 +164,8 @@ def test_select_records_first_and_all_failures():
     assert rows[2]["first_failure"] == "r.y.max"
     assert failing == {"r.x.max": 1, "r.y.max": 2}
     assert result.counts.dropped == {"r.x.max": 1, "r.y.max": 1} and result.counts.unaccounted == 0
+    everything, none_failing = select_documents(table, [])  # `[select] rules = []`: keep all
+    assert everything.table.column("kept").to_pylist() == [True, True, True] and none_failing == {}
 
 
 def test_word_splitter_follows_spacy_conventions_and_matches_its_definition():

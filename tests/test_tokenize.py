@@ -121,3 +121,35 @@ def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resume
     assert [s.tolist() for s in head + resumed] == [s.tolist() for s in sequences[2]]
     dropped = list(TokenStream(run, 255, rank=1, world_size=2, worker=0, num_workers=2, drop_last=True))
     assert [s.tolist() for s in dropped] == [s.tolist() for s in sequences[2] if len(s) == 256]
+
+
+def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path):
+    from corpus.pipeline import training_texts
+
+    path, _ = tokenizer_file
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
+    rules = (
+        '[annotate]\nrules = ["c4", "pii", "line_dedup"]\n[rules.line_dedup]\nmax_copies = 2\n[select]\nrules = []\n'
+    )
+    job = load_job(
+        write_job(
+            tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / "m", rules + f'[tokenize]\ntokenizer = "{path}"\n'
+        )
+    )
+    run_job(job, use_ray=False)
+    tokenizer, separator = load_tokenizer(path, END_OF_TEXT)
+    tokens = pq.read_table(tmp_path / "m" / "tokens" / "shards").to_pylist()
+    decoded = {row["doc_id"]: tokenizer.decode(row["tokens"][:-1], skip_special_tokens=False) for row in tokens}
+    documents = pq.read_table(tmp_path / "m" / "documents").select(
+        ["id", "text", "url", "domain", "lang", "lang_score"]
+    )
+    from corpus.rules import discover
+
+    line_dedup = discover()["line_dedup"](discover()["line_dedup"].Options(max_copies=2))
+    from corpus.text import DocumentBatch
+
+    combined = {"line_dedup": line_dedup.combine([line_dedup.accumulate(DocumentBatch.from_table(documents))])}
+    expected = dict(zip(documents.column("id").to_pylist(), training_texts(job, documents, combined), strict=True))
+    assert decoded == {doc_id: expected[doc_id] for doc_id in decoded}
+    stored = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))
+    assert sum(decoded[doc_id] != stored[doc_id] for doc_id in decoded) > len(decoded) // 2  # C4 cut most pages
