@@ -76,6 +76,7 @@ def test_a_job_writes_token_shards_that_add_up_and_are_deterministic(tokenizer_f
         n_tokens = pq.read_table(tmp_path / "a" / file["path"], columns=["n_tokens"]).column("n_tokens").to_numpy()
         assert n_tokens.sum() == file["tokens"] >= 30000 > n_tokens[:-1].sum()
     assert pq.ParquetFile(tmp_path / "a" / files[0]["path"]).metadata.num_row_groups > 1
+    _other_readers_agree(tmp_path / "a" / "tokens" / "shards", manifest)
 
     again = run_job(_job(tmp_path, path, "b"), use_ray=False)
     assert again["tokens"] == stats["tokens"]
@@ -85,6 +86,19 @@ def test_a_job_writes_token_shards_that_add_up_and_are_deterministic(tokenizer_f
     stamps = [p.stat().st_mtime_ns for p in sorted((tmp_path / "a" / "tokens" / "shards").glob("*.parquet"))]
     run_job(_job(tmp_path, path, "a"), use_ray=False)
     assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "a" / "tokens" / "shards").glob("*.parquet"))] == stamps
+
+
+def _other_readers_agree(shards, manifest: dict) -> None:
+    """duckdb and polars read the folder with no code of ours and find the manifest's counts."""
+    import duckdb
+    import polars
+
+    rows, tokens, last = duckdb.sql(
+        f"select count(*), sum(n_tokens), sum(tokens[len(tokens)]) from '{shards}/*.parquet'"
+    ).fetchone()
+    assert (rows, tokens, last) == (manifest["documents"], manifest["tokens"], 0)  # the separator (id 0) ends each
+    frame = polars.read_parquet(f"{shards}/*.parquet")
+    assert frame.height == manifest["documents"] and frame["tokens"].list.len().sum() == manifest["tokens"]
 
 
 def test_tokenizer_files_that_cannot_be_used_are_refused_with_their_path(tokenizer_file, tmp_path):
