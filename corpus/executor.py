@@ -40,6 +40,7 @@ from corpus.pipeline import (
     select_shard,
     stored_signals,
     summarize_shard,
+    tokenize_bucket,
     tokenize_shard,
     write_token_manifest,
 )
@@ -87,6 +88,8 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
         return dedup_verify_shard(job, shard, report)
     if action == "tokenize":
         return tokenize_shard(job, shard, shared["combined"], shared["key"])
+    if action == "tokenize_bucket":
+        return tokenize_bucket(job, report["bucket"], report["key"])
     return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
@@ -344,7 +347,16 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
                 job, [(s, "tokenize", None) for s in selected], None, {"combined": combined, "key": key}
             )
             failed.update(tokenize_failed)
-            write_token_manifest(job, [tokenized[s.id] for s in selected if s.id in tokenized], thresholds)
+            if job.tokenize.shuffle_seed is not None and not tokenize_failed:
+                shard_keys = sorted(report["key"] for report in tokenized.values())
+                bucket_key = hashlib.sha256(pickle.dumps((shard_keys, job.tokenize.model_dump()))).hexdigest()[:16]
+                buckets = [
+                    (Shard(f"bucket-{b:05d}", f"token bucket {b}"), "tokenize_bucket", {"bucket": b, "key": bucket_key})
+                    for b in range(job.tokenize.shuffle_buckets)
+                ]
+                tokenized, bucket_failed = runner(job, buckets, None)
+                failed.update(bucket_failed)
+            write_token_manifest(job, list(tokenized.values()), thresholds)
 
         stats = summarize(job, reports, selections, failed, time.perf_counter() - started, thresholds, tokenized)
         folder.write_json("stats.json", stats)

@@ -98,6 +98,8 @@ class TokenizeOptions(_Section):
     tokens_per_shard: int = Field(100_000_000, ge=1, description="a token shard is closed past this many tokens")
     row_group_documents: int = Field(1000, ge=1, description="documents per Parquet row group")
     variant: str = Field("", description="the selection's name in the shards; empty = the job's name")
+    shuffle_seed: int | None = Field(None, description="set: documents shuffled across all shards by this seed")
+    shuffle_buckets: int = Field(16, ge=1, le=4096, description="with shuffle_seed: output groups, a Ray task each")
 
 
 class RayOptions(_Section):

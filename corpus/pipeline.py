@@ -29,7 +29,7 @@ from corpus.accounting import StageCounts, check_chain
 from corpus.job import Job
 from corpus.outputs import OutputFolder
 from corpus.rules import CorpusRule, Rule, discover
-from corpus.text import DocumentBatch
+from corpus.text import DocumentBatch, stable_hashes
 from stages.annotate import annotate_documents, annotated_schema, signal_fields
 from stages.dedup import (
     FOREST,
@@ -410,8 +410,8 @@ def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
 
 def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> dict:
     """A shard's selected documents as token shards `tokens/shards/<shard>-<k>.parquet` (a new file past
-    `tokens_per_shard` tokens); its report `tokens/shards/_<shard>.json`; skipped when selection and tokenizer
-    match that report."""
+    `tokens_per_shard` tokens) or, with `shuffle_seed`, into the shuffle buckets; its report
+    `tokens/shards/_<shard>.json`; skipped when selection and tokenizer match that report."""
     import pyarrow.parquet as pq
 
     folder = OutputFolder(job.output)
@@ -433,16 +433,21 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
         _TOKENIZERS[options.tokenizer] = load_tokenizer(options.tokenizer, options.separator)
     tokenizer, separator_id = _TOKENIZERS[options.tokenizer]
     kept = pq.read_table(pa.BufferReader(selection_bytes), columns=["kept"]).column("kept").to_numpy()
-    for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
-        folder.fs.rm(stale)
-    files, counts = _write_token_files(job, shard, folder, kept, tokenizer, separator_id, combined)
+    tables = _token_tables(job, shard, folder, kept, tokenizer, separator_id, combined)
+    if options.shuffle_seed is None:
+        for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
+            folder.fs.rm(stale)
+        files = _write_token_files(folder, f"tokens/shards/{shard.id}", tables, options.tokens_per_shard)
+    else:
+        for stale in folder.fs.glob(folder.path("tokens", "buckets", "*", f"{shard.id}.parquet")):
+            folder.fs.rm(stale)
+        files = _write_buckets(job, shard, folder, tables)
     report = {
         "id": shard.id,
         "key": key,
         "files": files,
         "documents": sum(f["rows"] for f in files),
-        "tokens": sum(f["tokens"] for f in files),
-        "tokenize": counts.to_dict(),
+        "tokens": sum(f.get("tokens", 0) for f in files),  # shuffled: counted by the bucket tasks
     }
     folder.write_json(report_path, report)
     return report
@@ -455,6 +460,10 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     folder = OutputFolder(job.output)
     options = job.tokenize
     files = [file for report in sorted(reports, key=lambda r: r["id"]) for file in report["files"]]
+    listed = {folder.path(file["path"]) for file in files}
+    for name in folder.fs.glob(folder.path("tokens", "shards", "*.parquet")):
+        if name not in listed:  # from a run with other shards, buckets or shuffling: readers of the folder see all
+            folder.fs.rm(name)
     folder.write_json(
         "tokens/manifest.json",
         {
@@ -479,31 +488,37 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     )
 
 
-def _write_token_files(job, shard, folder, kept, tokenizer, separator_id, combined) -> tuple[list[dict], StageCounts]:
+def _token_tables(job: Job, shard: Shard, folder: OutputFolder, kept, tokenizer, separator_id, combined):
+    """The shard's selected documents as token rows, a table per row group of `row_group_documents` documents."""
     options = job.tokenize
-    files, writer, counts, row, tokens_in_file = [], None, StageCounts("tokenize"), 0, 0
-    try:
-        columns = ["id", "text", "url", "domain", "lang", "lang_score"]
-        for table in _stored_batches(folder, shard, options.row_group_documents, columns):
-            chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
-            row += table.num_rows
-            if chosen.num_rows == 0:
-                continue
-            result = tokenize_documents(
+    row = 0
+    columns = ["id", "text", "url", "domain", "lang", "lang_score"]
+    for table in _stored_batches(folder, shard, options.row_group_documents, columns):
+        chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
+        row += table.num_rows
+        if chosen.num_rows:
+            yield tokenize_documents(
                 chosen.column("id").combine_chunks(),
                 training_texts(job, chosen, combined),
                 tokenizer,
                 separator_id,
                 options.variant or job.name,
-            )
-            counts.merge(result.counts)
-            pending = result.table
+            ).table
+
+
+def _write_token_files(folder: OutputFolder, prefix: str, tables, tokens_per_shard: int) -> list[dict]:
+    """Token rows into `<prefix>-<k>.parquet` files, each closed by the document that reaches `tokens_per_shard`
+    tokens; a row group per table written. An error removes the file being written."""
+    files, writer, tokens_in_file = [], None, 0
+    try:
+        for table in tables:
+            pending = table
             while pending.num_rows:
                 if writer is None:
-                    writer = folder.parquet_writer(f"tokens/shards/{shard.id}-{len(files):05d}.parquet", pending.schema)
+                    writer = folder.parquet_writer(f"{prefix}-{len(files):05d}.parquet", pending.schema)
                     tokens_in_file = 0
                 running = tokens_in_file + np.cumsum(pending.column("n_tokens").to_numpy())
-                full = np.flatnonzero(running >= options.tokens_per_shard)  # the document that fills this file
+                full = np.flatnonzero(running >= tokens_per_shard)  # the document that fills this file
                 take = int(full[0]) + 1 if len(full) else pending.num_rows
                 writer.write(pending.slice(0, take))
                 tokens_in_file = int(running[take - 1])
@@ -517,7 +532,62 @@ def _write_token_files(job, shard, folder, kept, tokenizer, separator_id, combin
         if writer is not None:
             writer.abort()  # no partial token file under a final name
         raise
-    return files, counts
+    return files
+
+
+def _write_buckets(job: Job, shard: Shard, folder: OutputFolder, tables) -> list[dict]:
+    """Token rows dealt to `shuffle_buckets` files `tokens/buckets/<b>/<shard>.parquet` by a seeded hash of their
+    document id (kept as `order`, which the bucket task sorts by)."""
+    options = job.tokenize
+    writers: dict[int, object] = {}
+    try:
+        for table in tables:
+            ids = table.column("doc_id").to_pylist()
+            order = stable_hashes([f"{options.shuffle_seed}:{doc_id}" for doc_id in ids])
+            bucket = (order % np.uint64(options.shuffle_buckets)).astype(np.int64)
+            table = table.append_column("order", pa.array(order, pa.uint64()))
+            for b in np.unique(bucket):
+                if b not in writers:
+                    writers[b] = folder.parquet_writer(f"tokens/buckets/{b:05d}/{shard.id}.parquet", table.schema)
+                writers[b].write(table.filter(pa.array(bucket == b)))
+        return [{**writers[b].commit(), "bucket": int(b)} for b in sorted(writers)]
+    except BaseException:
+        for writer in writers.values():
+            if writer.published is None:
+                writer.abort()
+        raise
+
+
+def tokenize_bucket(job: Job, bucket: int, key: str) -> dict:
+    """One shuffle bucket: its rows from every shard, in seeded order, as `tokens/shards/bucket-<b>-<k>.parquet`."""
+    import pyarrow.parquet as pq
+
+    folder = OutputFolder(job.output)
+    report_path = f"tokens/shards/_bucket-{bucket:05d}.json"
+    done = folder.read_json(report_path)
+    if done is not None and done["key"] == key:
+        return done
+    parts = []
+    for name in sorted(folder.fs.glob(folder.path("tokens", "buckets", f"{bucket:05d}", "*.parquet"))):
+        with folder.fs.open(name, "rb") as fh:
+            parts.append(pq.read_table(fh))
+    for stale in folder.fs.glob(folder.path("tokens", "shards", f"bucket-{bucket:05d}-*.parquet")):
+        folder.fs.rm(stale)
+    files = []
+    if parts:
+        rows = pa.concat_tables(parts).sort_by("order").drop_columns(["order"])
+        size = job.tokenize.row_group_documents
+        tables = (rows.slice(start, size) for start in range(0, rows.num_rows, size))
+        files = _write_token_files(folder, f"tokens/shards/bucket-{bucket:05d}", tables, job.tokenize.tokens_per_shard)
+    report = {
+        "id": f"bucket-{bucket:05d}",
+        "key": key,
+        "files": files,
+        "documents": sum(f["rows"] for f in files),
+        "tokens": sum(f["tokens"] for f in files),
+    }
+    folder.write_json(report_path, report)
+    return report
 
 
 def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | None = None) -> dict:

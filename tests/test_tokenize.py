@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -167,3 +168,50 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
     assert decoded == {doc_id: expected[doc_id] for doc_id in decoded}
     stored = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))
     assert sum(decoded[doc_id] != stored[doc_id] for doc_id in decoded) > len(decoded) // 2  # C4 cut most pages
+
+
+def test_a_seeded_shuffle_mixes_documents_across_shards_deterministically(tokenizer_file, tmp_path):
+    from corpus.sample import build_sample
+
+    path, _ = tokenizer_file
+    data, _ = build_sample()
+    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # two real shards
+    (tmp_path / "a.warc.gz").write_bytes(data[:cut])
+    (tmp_path / "b.warc.gz").write_bytes(data[cut:])
+    inputs = [str(tmp_path / "a.warc.gz"), str(tmp_path / "b.warc.gz")]
+    body = f'[annotate]\nrules = ["gopher_quality"]\n[tokenize]\ntokenizer = "{path}"\nrow_group_documents = 20\n'
+
+    def run(out: str, extra: str = "") -> tuple[list[str], dict]:
+        job = load_job(write_job(tmp_path, inputs, tmp_path / out, body + extra))
+        stats = run_job(job, use_ray=False)
+        manifest = json.loads((tmp_path / out / "tokens" / "manifest.json").read_text())
+        order = [
+            doc for f in manifest["files"] for doc in pq.read_table(tmp_path / out / f["path"])["doc_id"].to_pylist()
+        ]
+        assert stats["tokens"]["documents"] == manifest["documents"] == len(order) == len(set(order))
+        assert sorted(p.name for p in (tmp_path / out / "tokens" / "shards").glob("*.parquet")) == sorted(
+            Path(f["path"]).name for f in manifest["files"]
+        )
+        return order, manifest
+
+    plain, plain_manifest = run("plain")
+    shuffled, manifest = run("shuffled", "shuffle_seed = 7\nshuffle_buckets = 3\n")
+    again, again_manifest = run("again", "shuffle_seed = 7\nshuffle_buckets = 3\n")
+    other, _ = run("other", "shuffle_seed = 8\nshuffle_buckets = 3\n")
+    assert sorted(shuffled) == sorted(plain) and shuffled != plain and other != shuffled
+    assert again == shuffled and [f["sha256"] for f in again_manifest["files"]] == [
+        f["sha256"] for f in manifest["files"]
+    ]
+    assert manifest["tokens"] == plain_manifest["tokens"]
+    first_file = pq.read_table(tmp_path / "shuffled" / manifest["files"][0]["path"])["doc_id"].to_pylist()
+    shard_of = {doc: doc_id_shard for doc_id_shard, doc in _shard_of_documents(tmp_path / "plain")}
+    assert len({shard_of[doc] for doc in first_file}) == 2  # one output file holds documents of both inputs
+
+    # the same folder, shuffled after plain: only the current files stay
+    run("plain", "shuffle_seed = 7\nshuffle_buckets = 3\n")
+
+
+def _shard_of_documents(run):
+    for path in sorted((run / "documents").glob("*.parquet")):
+        for doc in pq.read_table(path, columns=["id"])["id"].to_pylist():
+            yield path.stem, doc
