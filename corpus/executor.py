@@ -89,7 +89,7 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
     if action == "tokenize":
         return tokenize_shard(job, shard, shared["combined"], shared["key"])
     if action == "tokenize_bucket":
-        return tokenize_bucket(job, report["bucket"], report["key"])
+        return tokenize_bucket(job, report["bucket"], report["key"], report["shards"])
     return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
 
 
@@ -239,7 +239,7 @@ def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callabl
             (
                 Shard(f"{step}-{p}", f"dedup {step} partition {p}"),
                 "dedup_partition",
-                {"step": step, "partition": p, "key": key},
+                {"step": step, "partition": p, "key": key, "shards": list(ordinal)},
             )
             for p in range(job.dedup.partitions)
         ]
@@ -351,7 +351,11 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
                 shard_keys = sorted(report["key"] for report in tokenized.values())
                 bucket_key = hashlib.sha256(pickle.dumps((shard_keys, job.tokenize.model_dump()))).hexdigest()[:16]
                 buckets = [
-                    (Shard(f"bucket-{b:05d}", f"token bucket {b}"), "tokenize_bucket", {"bucket": b, "key": bucket_key})
+                    (
+                        Shard(f"bucket-{b:05d}", f"token bucket {b}"),
+                        "tokenize_bucket",
+                        {"bucket": b, "key": bucket_key, "shards": sorted(tokenized)},
+                    )
                     for b in range(job.tokenize.shuffle_buckets)
                 ]
                 tokenized, bucket_failed = runner(job, buckets, None)

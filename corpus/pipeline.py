@@ -337,9 +337,11 @@ def dedup_partition(job: Job, work: dict) -> dict:
     if done is not None and done["key"] == key:
         return done
     tables = []
-    for name in sorted(folder.fs.glob(folder.path("dedup", step, str(p), "*.parquet"))):
-        with folder.fs.open(name, "rb") as fh:
-            tables.append(pq.read_table(fh, schema=SHUFFLE))
+    for shard_id in work["shards"]:  # not a glob: a shard no longer in the job may have left files
+        name = folder.path("dedup", step, str(p), f"{shard_id}.parquet")
+        if folder.fs.exists(name):
+            with folder.fs.open(name, "rb") as fh:
+                tables.append(pq.read_table(fh, schema=SHUFFLE))
     forest = partition_forest(pa.concat_tables(tables) if tables else SHUFFLE.empty_table(), step)
     with folder.parquet_writer(f"dedup/{step}/forest-{p}.parquet", FOREST) as writer:
         writer.write(forest)
@@ -558,7 +560,7 @@ def _write_buckets(job: Job, shard: Shard, folder: OutputFolder, tables) -> list
         raise
 
 
-def tokenize_bucket(job: Job, bucket: int, key: str) -> dict:
+def tokenize_bucket(job: Job, bucket: int, key: str, shard_ids: list[str]) -> dict:
     """One shuffle bucket: its rows from every shard, in seeded order, as `tokens/shards/bucket-<b>-<k>.parquet`."""
     import pyarrow.parquet as pq
 
@@ -568,9 +570,11 @@ def tokenize_bucket(job: Job, bucket: int, key: str) -> dict:
     if done is not None and done["key"] == key:
         return done
     parts = []
-    for name in sorted(folder.fs.glob(folder.path("tokens", "buckets", f"{bucket:05d}", "*.parquet"))):
-        with folder.fs.open(name, "rb") as fh:
-            parts.append(pq.read_table(fh))
+    for shard_id in shard_ids:  # not a glob: a shard no longer in the job may have left files
+        name = folder.path("tokens", "buckets", f"{bucket:05d}", f"{shard_id}.parquet")
+        if folder.fs.exists(name):
+            with folder.fs.open(name, "rb") as fh:
+                parts.append(pq.read_table(fh))
     for stale in folder.fs.glob(folder.path("tokens", "shards", f"bucket-{bucket:05d}-*.parquet")):
         folder.fs.rm(stale)
     files = []

@@ -277,3 +277,22 @@ def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
     assert stats["stages"]["dedup"]["received"] == 0
     empty = shuffle_rows([], np.empty(0, np.int64), np.empty((0, 14), np.uint64), [], [])
     assert merge_forests([partition_forest(empty, "minhash")], "minhash").num_rows == 0
+
+
+def test_a_shard_dropped_from_the_job_leaves_no_trace_in_dedup(tmp_path):
+    from corpus.sample import build_sample
+
+    data, _ = build_sample()
+    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)
+    (tmp_path / "a.warc.gz").write_bytes(data[:cut])
+    (tmp_path / "b.warc.gz").write_bytes(data[cut:])
+    body = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["exact", "minhash"]\npartitions = 2\n'
+    both = [str(tmp_path / "a.warc.gz"), str(tmp_path / "b.warc.gz")]
+    run_job(load_job(write_job(tmp_path, both, tmp_path / "out", body)), use_ray=False)
+    reused = run_job(load_job(write_job(tmp_path, both[:1], tmp_path / "out", body)), use_ray=False)
+    fresh = run_job(load_job(write_job(tmp_path, both[:1], tmp_path / "fresh", body)), use_ray=False)
+    assert reused["stages"]["dedup"]["dropped"] == fresh["stages"]["dedup"]["dropped"]
+    shard = next((tmp_path / "fresh" / "selection").glob("*.parquet")).name
+    assert pq.read_table(tmp_path / "out" / "selection" / shard) == pq.read_table(
+        tmp_path / "fresh" / "selection" / shard
+    )
