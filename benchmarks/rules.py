@@ -85,6 +85,7 @@ def our_rules(shared: Path):
         "pii",
         "token_distribution",
         "pii_domains",
+        "line_dedup",
     ]
     return [registry[name](registry[name].Options.model_validate(settings.get(name, {}))) for name in order]
 
