@@ -58,18 +58,26 @@ def line_hashes(docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return _line_hashes(*docs.code_points, character_classes(), lower_case_table())
 
 
-def remove_repeated_lines(text: str, repeated: set[int]) -> str:
-    """The modifier: `text` without its lines whose hash is in `repeated` (blank lines stay)."""
-    _, hashes, _ = line_hashes(DocumentBatch([text]))
-    kept, position = [], 0
-    for line in text.split("\n"):
-        if line.strip():
-            if int(hashes[position]) not in repeated:
+def remove_repeated_lines(texts: list[str], repeated: np.ndarray) -> list[str]:
+    """The modifier: each text without its lines whose hash is in `repeated` (blank lines stay). The lines of the
+    whole batch are hashed in one kernel call."""
+    offsets, hashes, _ = line_hashes(DocumentBatch(texts))
+    cut = np.isin(hashes, repeated)
+    out = []
+    for text, first, last in zip(texts, offsets[:-1], offsets[1:], strict=True):
+        if not cut[first:last].any():
+            out.append(text)
+            continue
+        kept, position = [], first
+        for line in text.split("\n"):
+            if line.strip():
+                if not cut[position]:
+                    kept.append(line)
+                position += 1
+            else:
                 kept.append(line)
-            position += 1
-        else:
-            kept.append(line)
-    return "\n".join(kept)
+        out.append("\n".join(kept))
+    return out
 
 
 @register
@@ -101,8 +109,7 @@ class LineDedup(CorpusRule):
         return hashes[frequent], counts[frequent]
 
     def modify_texts(self, texts: list[str], summary: tuple[np.ndarray, np.ndarray]) -> list[str]:
-        repeated = {int(h) for h in summary[0]}
-        return [remove_repeated_lines(text, repeated) for text in texts]
+        return remove_repeated_lines(texts, summary[0])
 
     def corpus_signals(self, docs: DocumentBatch, summary: tuple[np.ndarray, np.ndarray]) -> dict:
         repeated_hashes, _ = summary
