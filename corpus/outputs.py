@@ -77,6 +77,11 @@ class OutputFolder:
         except FileNotFoundError:
             return None
 
+    def report_with_key(self, relative: str, key: str) -> dict | None:
+        """The JSON report at `relative` if it was written for `key` (work already done), else None."""
+        report = self.read_json(relative)
+        return report if report is not None and report.get("key") == key else None
+
     def list_json(self, folder: str) -> list[dict]:
         try:
             names = self.fs.ls(self.path(folder), detail=False)

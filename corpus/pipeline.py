@@ -177,8 +177,8 @@ def summarize_shard(job: Job, shard: Shard) -> dict:
 def corpus_annotate_shard(job: Job, shard: Shard, combined: dict, key: str) -> dict:
     """The corpus rules' signals for one shard against the combined summaries: `corpus_signals/<id>.parquet`."""
     folder = OutputFolder(job.output)
-    done = folder.read_json(shard.corpus_signals_report_path)
-    if done is not None and done["key"] == key:
+    done = folder.report_with_key(shard.corpus_signals_report_path, key)
+    if done is not None:
         return done
     rules = corpus_rules(job)
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields(rules)])
@@ -298,8 +298,8 @@ def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) ->
     folder = OutputFolder(job.output)
     step, key = work["step"], work["key"]
     done_path = f"dedup/{step}/_{shard.id}.json"
-    done = folder.read_json(done_path)
-    if done is not None and done["key"] == key:
+    done = folder.report_with_key(done_path, key)
+    if done is not None:
         return done
     columns = [STEP_KEYS[step], "date", *(["text"] if step == "url" else [])]
     signals, selected, _ = _rule_selection(job, shard, thresholds, columns)
@@ -326,22 +326,30 @@ def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) ->
     return report
 
 
+def _shard_parts(folder: OutputFolder, directory: str, shard_ids: list[str], schema=None) -> list[pa.Table]:
+    """The `<directory>/<shard>.parquet` files of these shards that exist. Not a glob: a shard no longer in the
+    job may have left files there."""
+    import pyarrow.parquet as pq
+
+    tables = []
+    for shard_id in shard_ids:
+        name = folder.path(directory, f"{shard_id}.parquet")
+        if folder.fs.exists(name):
+            with folder.fs.open(name, "rb") as fh:
+                tables.append(pq.read_table(fh, schema=schema))
+    return tables
+
+
 def dedup_partition(job: Job, work: dict) -> dict:
     """One shuffle partition of a dedup step: its linked documents as a forest, `dedup/<step>/forest-<p>.parquet`."""
-    import pyarrow.parquet as pq
 
     folder = OutputFolder(job.output)
     step, p, key = work["step"], work["partition"], work["key"]
     done_path = f"dedup/{step}/_forest-{p}.json"
-    done = folder.read_json(done_path)
-    if done is not None and done["key"] == key:
+    done = folder.report_with_key(done_path, key)
+    if done is not None:
         return done
-    tables = []
-    for shard_id in work["shards"]:  # not a glob: a shard no longer in the job may have left files
-        name = folder.path("dedup", step, str(p), f"{shard_id}.parquet")
-        if folder.fs.exists(name):
-            with folder.fs.open(name, "rb") as fh:
-                tables.append(pq.read_table(fh, schema=SHUFFLE))
+    tables = _shard_parts(folder, f"dedup/{step}/{p}", work["shards"], SHUFFLE)
     forest = partition_forest(pa.concat_tables(tables) if tables else SHUFFLE.empty_table(), step)
     with folder.parquet_writer(f"dedup/{step}/forest-{p}.parquet", FOREST) as writer:
         writer.write(forest)
@@ -428,8 +436,8 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
         + hashlib.sha256(selection_bytes).digest()
     ).hexdigest()[:16]
     report_path = f"tokens/shards/_{shard.id}.json"  # '_': readers of the folder skip it
-    done = folder.read_json(report_path)
-    if done is not None and done["key"] == key:
+    done = folder.report_with_key(report_path, key)
+    if done is not None:
         return done
     if options.tokenizer not in _TOKENIZERS:  # once per worker process
         _TOKENIZERS[options.tokenizer] = load_tokenizer(options.tokenizer, options.separator)
@@ -562,19 +570,13 @@ def _write_buckets(job: Job, shard: Shard, folder: OutputFolder, tables) -> list
 
 def tokenize_bucket(job: Job, bucket: int, key: str, shard_ids: list[str]) -> dict:
     """One shuffle bucket: its rows from every shard, in seeded order, as `tokens/shards/bucket-<b>-<k>.parquet`."""
-    import pyarrow.parquet as pq
 
     folder = OutputFolder(job.output)
     report_path = f"tokens/shards/_bucket-{bucket:05d}.json"
-    done = folder.read_json(report_path)
-    if done is not None and done["key"] == key:
+    done = folder.report_with_key(report_path, key)
+    if done is not None:
         return done
-    parts = []
-    for shard_id in shard_ids:  # not a glob: a shard no longer in the job may have left files
-        name = folder.path("tokens", "buckets", f"{bucket:05d}", f"{shard_id}.parquet")
-        if folder.fs.exists(name):
-            with folder.fs.open(name, "rb") as fh:
-                parts.append(pq.read_table(fh))
+    parts = _shard_parts(folder, f"tokens/buckets/{bucket:05d}", shard_ids)
     for stale in folder.fs.glob(folder.path("tokens", "shards", f"bucket-{bucket:05d}-*.parquet")):
         folder.fs.rm(stale)
     files = []
