@@ -42,7 +42,9 @@ def main() -> None:
     args = parser.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-    from stages.tokenize import END_OF_TEXT, load_tokenizer, token_schema, tokenize_documents, train_tokenizer
+    from tokenizers import Tokenizer
+
+    from stages.tokenize import END_OF_TEXT, TextTokenizer, token_schema, tokenize_documents, train_tokenizer
 
     documents = real_documents(args.shared)
     texts = documents.column("text").to_pylist()
@@ -50,13 +52,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "tokenizer.json")
         train_tokenizer(texts, 32_000, path)
-        tokenizer, separator = load_tokenizer(path, END_OF_TEXT)
+        tokenizer = TextTokenizer(path, END_OF_TEXT)
+        raw = Tokenizer.from_file(path)
 
-        tokenizer.encode_batch_fast(texts[:BATCH])  # warm up, so that neither side pays first-use costs
+        raw.encode_batch_fast(texts[:BATCH])  # warm up, so that neither side pays first-use costs
         started = time.perf_counter()
         raw_tokens = 0
         for offset in range(0, len(texts), BATCH):
-            raw_tokens += sum(len(e.ids) for e in tokenizer.encode_batch_fast(texts[offset : offset + BATCH]))
+            raw_tokens += sum(len(e.ids) for e in raw.encode_batch_fast(texts[offset : offset + BATCH]))
         raw_s = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -64,7 +67,7 @@ def main() -> None:
         with pq.ParquetWriter(Path(tmp) / "tokens.parquet", token_schema(32_000), compression="zstd") as writer:
             for offset in range(0, len(texts), BATCH):
                 result = tokenize_documents(
-                    ids.slice(offset, BATCH), texts[offset : offset + BATCH], tokenizer, separator, "bench"
+                    ids.slice(offset, BATCH), texts[offset : offset + BATCH], tokenizer, "bench"
                 )
                 writer.write_table(result.table)
                 stage_tokens += pa.compute.sum(result.table.column("n_tokens")).as_py()

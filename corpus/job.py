@@ -18,6 +18,8 @@ import fsspec
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from stages.tokenize import TextTokenizer, TokenizerError
+
 
 class JobError(Exception):
     """A job file that cannot be run; the message names the file and the key at fault."""
@@ -93,7 +95,7 @@ class DedupOptions(_Section):
 
 
 class TokenizeOptions(_Section):
-    tokenizer: str = Field("", description="a tokenizers JSON file; empty = no token shards")
+    tokenizer: str = Field("", description="a tokenizer.json or <encoding>.tiktoken file; empty = no token shards")
     separator: str = Field("<|endoftext|>", description="the token after every document")
     tokens_per_shard: int = Field(100_000_000, ge=1, description="a token shard is closed past this many tokens")
     row_group_documents: int = Field(1000, ge=1, description="documents per Parquet row group")
@@ -211,10 +213,10 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
         raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
     if job.tokenize.tokenizer:
         tokenizer = _resolve_path(job.tokenize.tokenizer, path.parent)
-        if not Path(tokenizer).is_file():
-            raise JobError(
-                f"{path}: key 'tokenize.tokenizer': no such file {tokenizer!r} (make one with `corpus tokenizer train`)"
-            )
+        try:
+            TextTokenizer(tokenizer, job.tokenize.separator)
+        except TokenizerError as exc:
+            raise JobError(f"{path}: key 'tokenize.tokenizer': {exc}") from None
         job = job.model_copy(update={"tokenize": job.tokenize.model_copy(update={"tokenizer": tokenizer})})
     if job.extract.lid_model:
         lid = _resolve_path(job.extract.lid_model, path.parent)

@@ -48,7 +48,7 @@ from stages.dedup import (
 from stages.extract import extract_documents
 from stages.read import read_records
 from stages.select import SELECTION, select_documents
-from stages.tokenize import file_sha256, load_tokenizer, tokenize_documents
+from stages.tokenize import TextTokenizer, file_sha256, tokenize_documents
 
 STAGES = ("read", "extract", "annotate")
 ALL_STAGES = (*STAGES, "select", "dedup")
@@ -440,10 +440,9 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
     if done is not None:
         return done
     if options.tokenizer not in _TOKENIZERS:  # once per worker process
-        _TOKENIZERS[options.tokenizer] = load_tokenizer(options.tokenizer, options.separator)
-    tokenizer, separator_id = _TOKENIZERS[options.tokenizer]
+        _TOKENIZERS[options.tokenizer] = TextTokenizer(options.tokenizer, options.separator)
     kept = pq.read_table(pa.BufferReader(selection_bytes), columns=["kept"]).column("kept").to_numpy()
-    tables = _token_tables(job, shard, folder, kept, tokenizer, separator_id, combined)
+    tables = _token_tables(job, shard, folder, kept, _TOKENIZERS[options.tokenizer], combined)
     if options.shuffle_seed is None:
         for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
             folder.fs.rm(stale)
@@ -465,10 +464,9 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
 
 def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> None:
     """`tokens/manifest.json`: every token file with its counts, the totals, the tokenizer and the selection."""
-    from tokenizers import Tokenizer
-
     folder = OutputFolder(job.output)
     options = job.tokenize
+    tokenizer = TextTokenizer(options.tokenizer, options.separator)
     files = [file for report in sorted(reports, key=lambda r: r["id"]) for file in report["files"]]
     listed = {folder.path(file["path"]) for file in files}
     for name in folder.fs.glob(folder.path("tokens", "shards", "*.parquet")):
@@ -483,9 +481,11 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
             "tokens": sum(f["tokens"] for f in files),
             "tokenizer": {
                 "path": options.tokenizer,
+                "kind": tokenizer.kind,
                 "sha256": file_sha256(options.tokenizer),
-                "vocab_size": Tokenizer.from_file(options.tokenizer).get_vocab_size(),
+                "vocab_size": tokenizer.vocab_size,
                 "separator": options.separator,
+                "separator_id": tokenizer.separator_id,
             },
             "selection": {
                 "thresholds": {threshold.reason: threshold.value for threshold in thresholds},
@@ -498,7 +498,7 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     )
 
 
-def _token_tables(job: Job, shard: Shard, folder: OutputFolder, kept, tokenizer, separator_id, combined):
+def _token_tables(job: Job, shard: Shard, folder: OutputFolder, kept, tokenizer, combined):
     """The shard's selected documents as token rows, a table per row group of `row_group_documents` documents."""
     options = job.tokenize
     row = 0
@@ -511,7 +511,6 @@ def _token_tables(job: Job, shard: Shard, folder: OutputFolder, kept, tokenizer,
                 chosen.column("id").combine_chunks(),
                 training_texts(job, chosen, combined),
                 tokenizer,
-                separator_id,
                 options.variant or job.name,
             ).table
 

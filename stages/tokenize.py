@@ -32,20 +32,69 @@ class TokenizerError(Exception):
     """A tokenizer file that cannot be used; the message names the file and what to do."""
 
 
-def load_tokenizer(path: str, separator: str):
-    """(the tokenizer, its separator token id); refuses a missing or unreadable file, or an unknown separator."""
-    from tokenizers import Tokenizer
+class TextTokenizer:
+    """A tokenizer file as the stage uses it: a Hugging Face `tokenizer.json` (the `tokenizers` library), or a
+    tiktoken BPE file (`<encoding>.tiktoken`, the file OpenAI publishes for that encoding, read from disk: its name
+    picks the encoding's split pattern and special tokens, so nothing is fetched). Refuses a missing or unreadable
+    file, or a separator the tokenizer lacks."""
 
-    if not Path(path).is_file():
-        raise TokenizerError(f"tokenizer file {path!r} does not exist; make one with `corpus tokenizer train`")
+    def __init__(self, path: str, separator: str):
+        self.path = path
+        if not Path(path).is_file():
+            raise TokenizerError(f"tokenizer file {path!r} does not exist; make one with `corpus tokenizer train`")
+        if path.endswith(".tiktoken"):
+            self.kind = "tiktoken"
+            self._encoding = _tiktoken_encoding(path)
+            self.vocab_size = self._encoding.n_vocab
+            separator_id = self._encoding._special_tokens.get(separator)
+        else:
+            from tokenizers import Tokenizer
+
+            self.kind = "tokenizers"
+            try:
+                self._tokenizer = Tokenizer.from_file(path)
+            except Exception as exc:  # noqa: BLE001 - the library raises plain Exceptions for bad files
+                raise TokenizerError(f"{path} is not a tokenizers JSON file: {exc}") from None
+            self.vocab_size = self._tokenizer.get_vocab_size()
+            separator_id = self._tokenizer.token_to_id(separator)
+        if separator_id is None:
+            raise TokenizerError(f"{path} has no token {separator!r} to put after documents; set [tokenize] separator")
+        self.separator_id = separator_id
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Each text's tokens; special tokens written in a text are encoded as plain text."""
+        if self.kind == "tiktoken":
+            return self._encoding.encode_ordinary_batch(texts)
+        return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def decode(self, tokens: list[int]) -> str:
+        if self.kind == "tiktoken":
+            return self._encoding.decode(tokens)
+        return self._tokenizer.decode(tokens, skip_special_tokens=False)
+
+
+def _tiktoken_encoding(path: str):
+    import tiktoken
+    import tiktoken_ext.openai_public as published
+    from tiktoken.load import load_tiktoken_bpe
+
+    name = Path(path).name.removesuffix(".tiktoken")
+    if name not in published.ENCODING_CONSTRUCTORS:
+        known = ", ".join(sorted(published.ENCODING_CONSTRUCTORS))
+        raise TokenizerError(f"{path}: a tiktoken file is named after its encoding, one of {known}; rename it")
     try:
-        tokenizer = Tokenizer.from_file(path)
-    except Exception as exc:  # noqa: BLE001 - the library raises plain Exceptions for bad files
-        raise TokenizerError(f"{path} is not a tokenizers JSON file: {exc}") from None
-    separator_id = tokenizer.token_to_id(separator)
-    if separator_id is None:
-        raise TokenizerError(f"{path} has no token {separator!r} to put between documents; set [tokenize] separator")
-    return tokenizer, separator_id
+        ranks = load_tiktoken_bpe(path)
+    except Exception as exc:  # noqa: BLE001 - base64 and parse errors alike mean the same to the user
+        raise TokenizerError(f"{path} is not a tiktoken BPE file (lines of 'base64-token rank'): {exc}") from None
+    # The published constructor knows the pattern and special tokens but fetches its ranks: give it this file's.
+    originals = published.load_tiktoken_bpe, published.data_gym_to_mergeable_bpe_ranks
+    published.load_tiktoken_bpe = published.data_gym_to_mergeable_bpe_ranks = lambda *args, **kwargs: ranks
+    try:
+        spec = published.ENCODING_CONSTRUCTORS[name]()
+    finally:
+        published.load_tiktoken_bpe, published.data_gym_to_mergeable_bpe_ranks = originals
+    spec.pop("explicit_n_vocab", None)  # a file with fewer ranks than the published one is still usable
+    return tiktoken.Encoding(**spec)
 
 
 def file_sha256(path: str) -> str:
@@ -64,18 +113,18 @@ def token_schema(vocab_size: int) -> pa.Schema:
     )
 
 
-def tokenize_documents(ids: pa.Array, texts: list[str], tokenizer, separator_id: int, variant: str) -> StageResult:
+def tokenize_documents(ids: pa.Array, texts: list[str], tokenizer: TextTokenizer, variant: str) -> StageResult:
     """One row per document: its tokens followed by the separator."""
     started = time.perf_counter()
-    schema = token_schema(tokenizer.get_vocab_size())
-    encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-    lengths = np.fromiter((len(e.ids) + 1 for e in encodings), np.int64, len(encodings))
+    schema = token_schema(tokenizer.vocab_size)
+    encoded = tokenizer.encode(texts)
+    lengths = np.fromiter((len(tokens) + 1 for tokens in encoded), np.int64, len(encoded))
     flat = np.empty(int(lengths.sum()), schema.field("tokens").type.value_type.to_pandas_dtype())
     offsets = np.zeros(len(lengths) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    for encoding, start, end in zip(encodings, offsets[:-1], offsets[1:], strict=True):
-        flat[start : end - 1] = encoding.ids
-        flat[end - 1] = separator_id
+    for tokens, start, end in zip(encoded, offsets[:-1], offsets[1:], strict=True):
+        flat[start : end - 1] = tokens
+        flat[end - 1] = tokenizer.separator_id
     table = pa.Table.from_arrays(
         [
             ids,

@@ -17,9 +17,9 @@ from corpus.job import JobError, load_job
 from corpus.sample import SAMPLE_PATH
 from stages.tokenize import (
     END_OF_TEXT,
+    TextTokenizer,
     TokenizerError,
     TokenStream,
-    load_tokenizer,
     tokenize_documents,
     train_tokenizer,
 )
@@ -41,14 +41,57 @@ def tokenizer_file(tmp_path_factory):
 
 def test_tokens_decode_back_to_the_exact_text_of_real_documents(tokenizer_file):
     path, texts = tokenizer_file
-    tokenizer, separator = load_tokenizer(path, END_OF_TEXT)
-    sample = texts[1::5]  # documents the tokenizer did not see
-    table = tokenize_documents(pa.array([str(i) for i in range(len(sample))]), sample, tokenizer, separator, "v").table
+    tokenizer = TextTokenizer(path, END_OF_TEXT)
+    _assert_round_trip(tokenizer, texts[1::5])  # documents the tokenizer did not see
+
+
+def _assert_round_trip(tokenizer: TextTokenizer, sample: list[str]) -> None:
+    table = tokenize_documents(pa.array([str(i) for i in range(len(sample))]), sample, tokenizer, "v").table
     assert table.schema.field("tokens").type == pa.list_(pa.uint16())
+    separator = tokenizer.separator_id
     for text, tokens in zip(sample, table.column("tokens").to_pylist(), strict=True):
         assert tokens[-1] == separator and separator not in tokens[:-1]
-        assert tokenizer.decode(tokens[:-1], skip_special_tokens=False) == text
+        assert tokenizer.decode(tokens[:-1]) == text
     assert table.column("n_tokens").to_pylist() == [len(t) for t in table.column("tokens").to_pylist()]
+
+
+def _tiktoken_file(tokenizer_json: str, folder: Path) -> Path:
+    """Our byte-level BPE as a tiktoken ranks file (`base64(token bytes) rank` lines), named for the GPT-2
+    pattern's encoding: a stand-in for the published file, which cannot be fetched here."""
+    import base64
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    unprintable = [b for b in range(256) if b not in printable]
+    byte_of = {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(unprintable)}
+    vocab = json.loads(Path(tokenizer_json).read_text())["model"]["vocab"]
+    path = folder / "r50k_base.tiktoken"
+    path.write_text(
+        "".join(
+            f"{base64.b64encode(bytes(byte_of[c] for c in token)).decode()} {rank - 1}\n"
+            for token, rank in sorted(vocab.items(), key=lambda item: item[1])
+            if token != END_OF_TEXT
+        )
+    )
+    return path
+
+
+def test_a_tiktoken_file_tokenizes_real_documents_and_runs_in_a_job(tokenizer_file, tmp_path):
+    path, texts = tokenizer_file
+    tiktoken_path = _tiktoken_file(path, tmp_path)
+    tokenizer = TextTokenizer(str(tiktoken_path), END_OF_TEXT)
+    assert (tokenizer.kind, tokenizer.separator_id, tokenizer.vocab_size) == ("tiktoken", 50256, 50257)
+    _assert_round_trip(tokenizer, texts[1::25])
+    encoded = tokenizer.encode(["The sentence, tokenized."])[0]
+    assert len(encoded) < len("The sentence, tokenized.")  # merges apply, not bytes one by one
+
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
+    stats = run_job(_job(tmp_path, str(tiktoken_path), "t"), use_ray=False)
+    manifest = json.loads((tmp_path / "t" / "tokens" / "manifest.json").read_text())
+    assert manifest["tokenizer"]["kind"] == "tiktoken" and manifest["tokens"] == stats["tokens"]["tokens"] > 0
+    documents = pq.read_table(tmp_path / "t" / "documents", columns=["id", "text"]).to_pydict()
+    text_of = dict(zip(documents["id"], documents["text"], strict=True))
+    for row in pq.read_table(tmp_path / "t" / "tokens" / "shards").to_pylist():
+        assert tokenizer.decode(row["tokens"][:-1]) == text_of[row["doc_id"]]  # no modifier in this job
 
 
 def _job(tmp_path, tokenizer: str, out: str, extra: str = ""):
@@ -90,7 +133,9 @@ def test_a_job_writes_token_shards_that_add_up_and_are_deterministic(tokenizer_f
 
 
 def _other_readers_agree(shards, manifest: dict) -> None:
-    """duckdb and polars read the folder with no code of ours and find the manifest's counts."""
+    """duckdb, polars and Hugging Face datasets read the folder with no code of ours and find the manifest's
+    counts."""
+    import datasets
     import duckdb
     import polars
 
@@ -100,20 +145,30 @@ def _other_readers_agree(shards, manifest: dict) -> None:
     assert (rows, tokens, last) == (manifest["documents"], manifest["tokens"], 0)  # the separator (id 0) ends each
     frame = polars.read_parquet(f"{shards}/*.parquet")
     assert frame.height == manifest["documents"] and frame["tokens"].list.len().sum() == manifest["tokens"]
+    cache = Path(shards).parent.parent.parent / "hf-datasets-cache"
+    dataset = datasets.load_dataset("parquet", data_files=f"{shards}/*.parquet", split="train", cache_dir=str(cache))
+    assert dataset.num_rows == manifest["documents"] and sum(dataset["n_tokens"]) == manifest["tokens"]
+    assert [len(tokens) for tokens in dataset["tokens"]] == list(dataset["n_tokens"])
 
 
 def test_tokenizer_files_that_cannot_be_used_are_refused_with_their_path(tokenizer_file, tmp_path):
     path, _ = tokenizer_file
     shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
-    with pytest.raises(JobError, match="key 'tokenize.tokenizer': no such file"):
+    with pytest.raises(JobError, match="key 'tokenize.tokenizer': tokenizer file .*missing.json' does not exist"):
         _job(tmp_path, str(tmp_path / "missing.json"), "x")
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text("{ not json")
-    with pytest.raises(TokenizerError, match="corrupt.json is not a tokenizers JSON file"):
-        load_tokenizer(str(corrupt), END_OF_TEXT)
+    with pytest.raises(JobError, match="key 'tokenize.tokenizer': .*corrupt.json is not a tokenizers JSON file"):
+        _job(tmp_path, str(corrupt), "x")
     with pytest.raises(TokenizerError, match="has no token '<sep>'"):
-        load_tokenizer(path, "<sep>")
-    assert load_tokenizer(path, END_OF_TEXT)[1] == 0  # the special token comes first in our trained tokenizer
+        TextTokenizer(path, "<sep>")
+    assert TextTokenizer(path, END_OF_TEXT).separator_id == 0  # the special token comes first in our trained one
+    (tmp_path / "mine.tiktoken").write_text("")
+    with pytest.raises(TokenizerError, match="mine.tiktoken: a tiktoken file is named after its encoding"):
+        TextTokenizer(str(tmp_path / "mine.tiktoken"), END_OF_TEXT)
+    (tmp_path / "cl100k_base.tiktoken").write_text("not base64 at all\n")
+    with pytest.raises(TokenizerError, match="cl100k_base.tiktoken is not a tiktoken BPE file"):
+        TextTokenizer(str(tmp_path / "cl100k_base.tiktoken"), END_OF_TEXT)
 
 
 def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resumes(tokenizer_file, tmp_path):
@@ -138,6 +193,45 @@ def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resume
     assert [s.tolist() for s in dropped] == [s.tolist() for s in sequences[2] if len(s) == 256]
 
 
+def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and_resumes(tokenizer_file, tmp_path):
+    import torch
+    from torch.utils.data import DataLoader
+
+    from corpus.token_dataset import TokenDataset
+
+    path, _ = tokenizer_file
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
+    run_job(_job(tmp_path, path, "run"), use_ray=False)
+    run = tmp_path / "run"
+    everything = np.concatenate(pq.read_table(run / "tokens" / "shards").column("tokens").to_numpy(False).tolist())
+
+    # unbatched, with each reader's last, shorter sequence: 2 ranks x 2 workers see every token once
+    seen = [
+        item["tokens"].numpy()
+        for rank in (0, 1)
+        for item in DataLoader(TokenDataset(run, 127, rank, 2, drop_last=False), batch_size=None, num_workers=2)
+    ]
+    assert sum(len(tokens) < 128 for tokens in seen) <= 4 and seen[0].dtype == np.int64
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(everything))
+
+    # batched training on rank 1, stopped after 3 batches and resumed from the positions it kept
+    def loader(state=None):
+        return DataLoader(TokenDataset(run, 127, 1, 2, state=state), batch_size=4, num_workers=2)
+
+    full = [batch["tokens"] for batch in loader()]
+    assert len(full) > 4 and all(batch.shape[1] == 128 for batch in full)
+    state, head = {}, []
+    for batch in loader():
+        head.append(batch["tokens"])
+        state |= TokenDataset.positions(batch)
+        if len(head) == 3:
+            break
+    rest = [batch["tokens"] for batch in loader(state)]
+    assert torch.equal(torch.cat(head + rest), torch.cat(full))
+    with pytest.raises(ValueError, match="resume with the DataLoader's num_workers"):
+        next(iter(DataLoader(TokenDataset(run, 127, 1, 2, state=state), batch_size=4, num_workers=0)))
+
+
 def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path):
     from corpus.pipeline import training_texts
 
@@ -152,9 +246,9 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
         )
     )
     run_job(job, use_ray=False)
-    tokenizer, separator = load_tokenizer(path, END_OF_TEXT)
+    tokenizer = TextTokenizer(path, END_OF_TEXT)
     tokens = pq.read_table(tmp_path / "m" / "tokens" / "shards").to_pylist()
-    decoded = {row["doc_id"]: tokenizer.decode(row["tokens"][:-1], skip_special_tokens=False) for row in tokens}
+    decoded = {row["doc_id"]: tokenizer.decode(row["tokens"][:-1]) for row in tokens}
     documents = pq.read_table(tmp_path / "m" / "documents").select(
         ["id", "text", "url", "domain", "lang", "lang_score"]
     )
