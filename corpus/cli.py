@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from corpus.classifier import TrainOptions
 from corpus.job import JobError, load_job
 from corpus.outputs import OutputLocked
 
@@ -97,7 +100,8 @@ def _rules_list(args: argparse.Namespace) -> int:
             default = " ".join(f"{bound} {value}" for bound, value in bounds.items()) or "-"
             console.print(f"   {name}.{signal.name:<28} {str(signal.type):<8} {default:<14} {signal.meaning}")
         for option, field in rule.Options.model_fields.items():
-            console.print(f"   [dim]setting [rules.{name}] {option} = {field.get_default()!r}")
+            value = "(required)" if field.is_required() else repr(field.get_default())
+            console.print(f"   [dim]setting [rules.{name}] {option} = {value}")
     return 0
 
 
@@ -146,7 +150,16 @@ def _rules_try(args: argparse.Namespace) -> int:
         job = load_job(args.job)
         settings = dict(job.rule_settings).get(args.rule, {})
         thresholds = [t for t in job.thresholds if t.rule == args.rule]
-    rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
+    try:
+        rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
+    except ValidationError:
+        required = [name for name, field in registry[args.rule].Options.model_fields.items() if field.is_required()]
+        print(
+            f"corpus: rule {args.rule!r} needs settings ({', '.join(required)}): give --job with a "
+            f"[rules.{args.rule}] table",
+            file=sys.stderr,
+        )
+        return 2
     console = Console(soft_wrap=True)
     documents = list(_documents_to_try(args.files, args.limit))
     names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
@@ -175,6 +188,40 @@ def _rules_try(args: argparse.Namespace) -> int:
     return 0
 
 
+def _classifier_train(args: argparse.Namespace) -> int:
+    from corpus.classifier import ClassifierError, read_texts, report_path, train
+
+    try:
+        options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
+        report = train(read_texts(args.positive), read_texts(args.negative), args.out, options)
+    except ClassifierError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    _print_metrics(f"held out ({args.validation:.0%} of each class)", report["held_out"])
+    print(f"wrote {args.out} and {report_path(args.out)} (trained in {report['train']['seconds']:.1f} s)")
+    return 0
+
+
+def _classifier_eval(args: argparse.Namespace) -> int:
+    from corpus.classifier import ClassifierError, QualityModel, evaluate, read_texts
+
+    try:
+        result = evaluate(QualityModel(args.model), read_texts(args.positive), read_texts(args.negative))
+    except ClassifierError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    _print_metrics(args.model, result)
+    return 0
+
+
+def _print_metrics(title: str, result: dict) -> None:
+    table = Table(title=title)
+    for name in result:
+        table.add_column(name, justify="right")
+    table.add_row(*(str(value) for value in result.values()))
+    Console(soft_wrap=True).print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corpus", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -193,6 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--vocab-size", type=int, default=8192)
     train.add_argument("--out", required=True, help="the tokenizer JSON file to write")
     train.set_defaults(handler=_tokenizer_train)
+
+    classifier = commands.add_parser("classifier", help="train or evaluate a fastText quality classifier")
+    classifier_commands = classifier.add_subparsers(dest="classifier_command", required=True)
+    sources = "documents Parquet (files or a run's documents/), JSONL with 'text', or text files (a document a line)"
+    train_classifier = classifier_commands.add_parser("train", help="reference text (positive) against crawl")
+    train_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
+    train_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
+    train_classifier.add_argument("--out", required=True, help="the model file (its report: the same name, .json)")
+    for option in fields(TrainOptions):
+        flag = f"--{option.name.replace('_', '-')}"
+        train_classifier.add_argument(flag, type=type(option.default), default=option.default, help="(%(default)s)")
+    train_classifier.set_defaults(handler=_classifier_train)
+    eval_classifier = classifier_commands.add_parser("eval", help="score a labelled set with a model")
+    eval_classifier.add_argument("model")
+    eval_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
+    eval_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
+    eval_classifier.set_defaults(handler=_classifier_eval)
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")

@@ -238,7 +238,9 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
 
 
 def default_rule_order(registry: dict) -> list[str]:
-    """Every rule: plain ones first, then modifiers, then those written to see modified text (FineWeb after C4)."""
+    """Every rule but the opt-in ones: plain ones first, then modifiers, then those written to see modified text
+    (FineWeb after C4)."""
+    registry = {name: rule for name, rule in registry.items() if not rule.opt_in}
     plain = [n for n, r in registry.items() if not r.modifies_text and not r.sees_modified_text]
     modifiers = [n for n, r in registry.items() if r.modifies_text]
     after = [n for n, r in registry.items() if r.sees_modified_text and not r.modifies_text]
@@ -287,6 +289,10 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
                 else:
                     messages.append(_format_error(path, error))
             raise JobError("\n".join(messages)) from None
+        try:
+            registry[name].check(options)
+        except ValueError as exc:
+            raise JobError(f"{path}: key 'rules.{name}': {exc}") from None
         settings.append((name, options.model_dump()))
 
     select = dict(job.select)

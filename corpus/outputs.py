@@ -183,3 +183,26 @@ class ParquetShardWriter:
         finally:
             if self.folder.fs.exists(self.temporary):
                 self.folder.fs.rm(self.temporary)
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def content_sha256(path: str) -> str:
+    """sha256 of a local file's bytes, or of a folder's files (names and bytes); remembered per size and mtime,
+    so that asking again for a large blocklist or model costs a stat."""
+    target = Path(path)
+    if target.is_dir():
+        digest = hashlib.sha256()
+        for child in sorted(p for p in target.rglob("*") if p.is_file()):
+            digest.update(f"{child.relative_to(target)}\0{content_sha256(str(child))}\0".encode())
+        return digest.hexdigest()
+    stat = target.stat()
+    key = (str(target.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(target, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from corpus import __version__
 from corpus.accounting import StageCounts, check_chain
 from corpus.job import Job
-from corpus.outputs import OutputFolder
-from corpus.rules import CorpusRule, Rule, discover
+from corpus.outputs import OutputFolder, content_sha256
+from corpus.rules import PATH_OPTION, CorpusRule, Rule, discover
 from corpus.text import DocumentBatch, stable_hashes
 from stages.annotate import annotate_documents, annotated_schema, signal_fields
 from stages.dedup import (
@@ -48,7 +48,7 @@ from stages.dedup import (
 from stages.extract import extract_documents
 from stages.read import read_records
 from stages.select import SELECTION, select_documents
-from stages.tokenize import TextTokenizer, file_sha256, tokenize_documents
+from stages.tokenize import TextTokenizer, tokenize_documents
 
 STAGES = ("read", "extract", "annotate")
 ALL_STAGES = (*STAGES, "select", "dedup")
@@ -103,10 +103,20 @@ def fingerprint(job: Job) -> str:
 
 
 def annotate_fingerprint(job: Job) -> str:
-    """Hash of the rules computed, their versions and settings, and of the dedup keys stored: signals made under
-    another one are recomputed. Dedup's bands and rows are not in it: they only regroup stored signatures."""
+    """Hash of the rules computed, their versions and settings (with the contents of the files they name: a model
+    retrained in place), and of the dedup keys stored: signals made under another one are recomputed. Dedup's
+    bands and rows are not in it: they only regroup stored signatures."""
     registry = discover()
-    rules = [(registry[name].versioned_name(), options) for name, options in job.rule_settings]
+    rules = []
+    for name, options in job.rule_settings:
+        fields = registry[name].Options.model_fields
+        files = {
+            option: content_sha256(value)
+            for option, value in options.items()
+            if value and PATH_OPTION in fields[option].metadata
+        }
+        entry = (registry[name].versioned_name(), options)
+        rules.append((*entry, files) if files else entry)  # a rule that names no file keeps its old fingerprint
     keys = [field.name for field in key_fields(job.dedup)]
     if "minhash" in job.dedup.steps:
         minhash = job.dedup.minhash
@@ -430,7 +440,7 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
         selection_bytes = fh.read()
     key = hashlib.sha256(
         json.dumps(
-            [file_sha256(options.tokenizer), options.model_dump(), job.name, annotate_fingerprint(job), corpus_key],
+            [content_sha256(options.tokenizer), options.model_dump(), job.name, annotate_fingerprint(job), corpus_key],
             sort_keys=True,
         ).encode()
         + hashlib.sha256(selection_bytes).digest()
@@ -482,7 +492,7 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
             "tokenizer": {
                 "path": options.tokenizer,
                 "kind": tokenizer.kind,
-                "sha256": file_sha256(options.tokenizer),
+                "sha256": content_sha256(options.tokenizer),
                 "vocab_size": tokenizer.vocab_size,
                 "separator": options.separator,
                 "separator_id": tokenizer.separator_id,

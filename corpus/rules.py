@@ -7,7 +7,10 @@ A rule is one class in one module under `rules/`, decorated with `@register`:
 - the published default thresholds (`defaults = {"dup_line_frac": {"max": 0.3}}`),
 - optional settings (a pydantic model, `Options`, filled from the job's `[rules.<name>]` table),
 - `compute(docs)`: a pure function from a `DocumentBatch` to one array per signal,
-- optionally `offending_span(text, url)`: where in a document the rule fires, for `corpus rules try` and reports.
+- optionally `offending_span(text, url)`: where in a document the rule fires, for `corpus rules try` and reports,
+- optionally `check(options)`: refuse unusable settings at job load (a model file with the wrong labels),
+- `opt_in = True` for a rule that needs a file the job must name (a model): computed only when
+  `[annotate] rules` lists it.
 
 A rule that rewrites text (C4 line removal, PII masking) is a modifier: `modifies_text = True` and its
 `modify(docs)` returns its signals and the new texts, which the rules after it in `[annotate] rules` see. The stored
@@ -67,6 +70,7 @@ class Rule:
     Options: ClassVar[type[BaseModel]] = NoOptions
     modifies_text: ClassVar[bool] = False
     sees_modified_text: ClassVar[bool] = False  # in the default order, run after the modifiers
+    opt_in: ClassVar[bool] = False  # not in the default order: only where `[annotate] rules` names it
 
     def __init__(self, options: BaseModel | None = None):
         self.options = options if options is not None else self.Options()
@@ -94,6 +98,10 @@ class Rule:
 
     def offending_span(self, text: str, url: str | None) -> Span | None:
         return None
+
+    @classmethod
+    def check(cls, options: BaseModel) -> None:
+        """Called once at job load: raise ValueError saying what is wrong with these settings and what to do."""
 
 
 class CorpusRule(Rule):

@@ -15,7 +15,6 @@ options give byte-identical shards.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
@@ -95,10 +94,6 @@ def _tiktoken_encoding(path: str):
         published.load_tiktoken_bpe, published.data_gym_to_mergeable_bpe_ranks = originals
     spec.pop("explicit_n_vocab", None)  # a file with fewer ranks than the published one is still usable
     return tiktoken.Encoding(**spec)
-
-
-def file_sha256(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def token_schema(vocab_size: int) -> pa.Schema:

@@ -3,29 +3,28 @@
 Same 5,545 real documents, same byte-level BPE tokenizer (trained here on them, 32,000 tokens), batches of 1,000
 documents. Goal: the stage >= 0.8x the raw encoder's tokens/s.
 
-    python benchmarks/tokenize.py
+    python benchmarks/tokenize_stage.py
+
+(Not `tokenize.py`: a script's folder comes first on sys.path, and that name would shadow the standard library's
+`tokenize` for every benchmark here.)
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import importlib.util
+import os
+import tempfile
+import time
 from pathlib import Path
-
-# This file is named like the standard library's `tokenize`: its folder must not be on sys.path.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
 
 os.environ["RAYON_NUM_THREADS"] = "1"  # `tokenizers` parallelises batches with Rayon; one core each side
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+
+_HERE = Path(__file__).resolve().parent
 
 _spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
 _module = importlib.util.module_from_spec(_spec)

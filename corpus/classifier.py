@@ -1,0 +1,261 @@
+"""The fastText quality classifier: train it on reference text against random crawl, evaluate it, score with it.
+
+GPT-3, Llama 3 and DCLM (its OH-2.5 + ELI5 classifier) keep web pages that a linear classifier over word n-grams
+finds closer to reference text than to random crawl. Positives are reference text (pages Wikipedia cites,
+Wikipedia itself, curated articles); negatives are random extracts of the crawl being filtered. Training and
+scoring normalise text the same way (`normalise`): the first `MAX_CHARS` characters, lower case, on one line
+(fastText reads a line and splits words at whitespace itself; DCLM joins lines the same way). The model's labels
+are `__label__hq` (positive) and `__label__cc`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from corpus.outputs import content_sha256
+
+POSITIVE = "__label__hq"
+NEGATIVE = "__label__cc"
+MAX_CHARS = 20_000  # bounds the cost of a giant page; an article is judged well before this (~3,000 words)
+
+
+class ClassifierError(ValueError):
+    """A model or labelled file that cannot be used; the message names the file and what to do."""
+
+
+def normalise(text: str) -> str:
+    """The one-line form of a text that the classifier sees, at training and at prediction."""
+    return text[:MAX_CHARS].lower().replace("\n", " ")
+
+
+def read_texts(paths: list[str]) -> list[str]:
+    """Documents from files: Parquet (its `text` column; a folder: every `*.parquet` in it, e.g. a run's
+    `documents/`), JSONL (a `text` field per line; `.gz` too), or plain text (one document per line)."""
+    texts: list[str] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            files = sorted(path.glob("*.parquet"))
+            if not files:
+                raise ClassifierError(f"{path} is a folder with no .parquet files; give files or a run's documents/")
+            texts.extend(read_texts([str(f) for f in files]))
+        elif not path.is_file():
+            raise ClassifierError(f"{path}: no such file")
+        elif path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(path)
+            if "text" not in schema.names:
+                raise ClassifierError(f"{path} has no 'text' column (columns: {', '.join(schema.names)})")
+            texts.extend(t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t)
+        elif path.name.endswith((".jsonl", ".jsonl.gz")):
+            opener = gzip.open if path.suffix == ".gz" else open
+            with opener(path, "rt", encoding="utf-8") as fh:
+                for number, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        text = json.loads(line)["text"]
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        message = f"{path} line {number}: expected a JSON object with a 'text' field"
+                        raise ClassifierError(message) from None
+                    if text:
+                        texts.append(text)
+        else:
+            texts.extend(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return texts
+
+
+FASTTEXT_MAGIC, FASTTEXT_VERSION = 793712314, 12
+
+
+def check_model_file(path: str) -> None:
+    """Walk a fastText model file's layout (header, dictionary, matrices) and refuse one that is truncated or not a
+    fastText file: fastText's own loader loops forever on a file cut inside its dictionary and silently reads a
+    file cut inside its matrices."""
+    import mmap
+    import struct
+
+    def corrupt(what: str) -> ClassifierError:
+        return ClassifierError(f"{path} is not a complete fastText model ({what}); train or copy it again")
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        try:
+            magic, version = struct.unpack_from("<ii", data, 0)
+            if (magic, version) != (FASTTEXT_MAGIC, FASTTEXT_VERSION):
+                raise corrupt(f"header {magic}, {version}: not a fastText {FASTTEXT_VERSION} model")
+            position = 8 + 12 * 4 + 8  # 12 int32 settings and a double
+            words, _, _, _, pruned = struct.unpack_from("<iiiqq", data, position)
+            position += 28
+            for _ in range(words):
+                end = data.find(b"\0", position)
+                if end < 0:
+                    raise corrupt("the dictionary is cut short")
+                position = end + 1 + 8 + 1  # the word, its count (int64) and type (int8)
+            position += max(pruned, 0) * 8
+            quantized = data[position]
+            position += 1
+            rows, columns = struct.unpack_from("<qq", data, position)
+            if quantized:  # a quantized model (.ftz) stores codebooks: its size is not checked further
+                return
+            position += 16 + rows * columns * 4
+            position += 1 + 16 + np.prod(struct.unpack_from("<qq", data, position + 1), dtype=np.int64) * 4
+        except (struct.error, IndexError):
+            raise corrupt("it ends inside its layout") from None
+        if position != len(data):
+            raise corrupt(f"{len(data):,} bytes where its layout needs {position:,}")
+
+
+class QualityModel:
+    """A trained model, checked to be a complete supervised fastText model with exactly our two labels."""
+
+    def __init__(self, path: str):
+        import fasttext
+
+        if not Path(path).is_file():
+            raise ClassifierError(f"model file {path!r} does not exist; train one with `corpus classifier train`")
+        check_model_file(path)
+        try:
+            self._model = fasttext.load_model(path)
+        except ValueError as exc:
+            raise ClassifierError(f"{path} is not a fastText model: {exc}") from None
+        labels = sorted(self._model.get_labels())  # an unsupervised model has none
+        if labels != sorted([POSITIVE, NEGATIVE]):
+            raise ClassifierError(
+                f"{path} has labels {labels}, not {POSITIVE} and {NEGATIVE}: train it with `corpus classifier train`"
+            )
+        self.path = path
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        """The probability of the positive class for each text (float32)."""
+        out = np.empty(len(texts), np.float32)
+        predict = self._model.f.predict
+        for i, text in enumerate(texts):
+            # both labels come back (k=2), so the positive's probability is there whichever wins
+            predictions = predict(normalise(text) + "\n", 2, 0.0, "replace")
+            out[i] = next((p for p, label in predictions if label == POSITIVE), 0.0)
+        return np.minimum(out, 1.0)  # fastText's softmax can exceed 1 by a rounding step
+
+
+def load_model(path: str) -> QualityModel:
+    """One model per process and file contents (a worker scores many batches; a model retrained in place is
+    loaded again)."""
+    return _load_model(path, content_sha256(path) if Path(path).is_file() else "")
+
+
+@cache
+def _load_model(path: str, digest: str) -> QualityModel:
+    return QualityModel(path)
+
+
+def metrics(labels: np.ndarray, scores: np.ndarray) -> dict:
+    """Precision, recall and F1 of the positive class at 0.5, and ROC AUC, of scores against 0/1 labels."""
+    from sklearn.metrics import precision_recall_fscore_support, roc_auc_score
+
+    precision, recall, f1, _ = precision_recall_fscore_support(labels, scores >= 0.5, average="binary", zero_division=0)
+    return {
+        "precision": round(float(precision), 4),
+        "recall": round(float(recall), 4),
+        "f1": round(float(f1), 4),
+        "roc_auc": round(float(roc_auc_score(labels, scores)), 4) if 0 < labels.sum() < len(labels) else None,
+        "positives": int(labels.sum()),
+        "negatives": int(len(labels) - labels.sum()),
+    }
+
+
+def evaluate(model: QualityModel, positives: list[str], negatives: list[str]) -> dict:
+    labels = np.concatenate([np.ones(len(positives), np.int8), np.zeros(len(negatives), np.int8)])
+    return metrics(labels, model.scores(positives + negatives))
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    epochs: int = 25  # reference sets are often a few thousand documents: they need many passes
+    dim: int = 64
+    word_ngrams: int = 2
+    lr: float = 0.1
+    min_count: int = 1
+    validation: float = 0.2  # held-out fraction of each class
+    seed: int = 0
+    threads: int = 1  # more: faster, but fastText then trains a different model each time
+    bucket: int = 2_000_000  # hashed word n-gram rows (fastText's default): the model holds bucket x dim floats
+
+
+def train(positives: list[str], negatives: list[str], out: str, options: TrainOptions = TrainOptions()) -> dict:
+    """Train on balanced classes (the larger one sampled down, seeded), hold out `validation` of each class, write
+    the model to `out` and its report (counts, settings, held-out metrics, time) to `out` with `.json`. One
+    thread gives the same model for the same inputs."""
+    if not positives or not negatives:
+        raise ClassifierError(f"need documents of both classes: {len(positives)} positive, {len(negatives)} negative")
+    if not 0 < options.validation < 1:
+        raise ClassifierError(f"validation must be a fraction between 0 and 1, got {options.validation}")
+    rng = random.Random(options.seed)
+    size = min(len(positives), len(negatives))
+    classes = {POSITIVE: rng.sample(positives, size), NEGATIVE: rng.sample(negatives, size)}
+    held = max(1, round(size * options.validation))
+    train_lines, held_out = [], {label: texts[:held] for label, texts in classes.items()}
+    for label, texts in classes.items():
+        train_lines += [f"{label} {normalise(text)}" for text in texts[held:]]
+    rng.shuffle(train_lines)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "train.txt"
+        data.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
+        settings = {
+            "epoch": options.epochs,
+            "dim": options.dim,
+            "wordNgrams": options.word_ngrams,
+            "lr": options.lr,
+            "minCount": options.min_count,
+            "seed": options.seed,
+            "thread": options.threads,
+            "bucket": options.bucket,
+        }
+        fit_fasttext(str(data), out, settings)
+    seconds = time.perf_counter() - started
+    report = {
+        "model": out,
+        "labels": {"positive": POSITIVE, "negative": NEGATIVE},
+        "documents": {"positive": len(positives), "negative": len(negatives), "per_class_used": size},
+        "train": {"per_class": size - held, "seconds": round(seconds, 3)},
+        "settings": asdict(options) | {"max_chars": MAX_CHARS},
+        "held_out": evaluate(QualityModel(out), held_out[POSITIVE], held_out[NEGATIVE]),
+    }
+    report_path(out).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def fit_fasttext(data: str, out: str, settings: dict) -> None:
+    """`fasttext.train_supervised(input=data, **settings)` saved to `out`, in a process of its own: fastText
+    trained twice in one process (or after predicting) can diverge (NaN) with the same data and seed; in a new
+    process the same run always succeeds and gives the same model."""
+    code = (
+        "import sys, json, fasttext\n"
+        "model = fasttext.train_supervised(input=sys.argv[1], verbose=0, **json.loads(sys.argv[3]))\n"
+        "model.save_model(sys.argv[2])"
+    )
+    partial = f"{out}.partial"  # a job reading the model never sees half a file
+    fit = subprocess.run(
+        [sys.executable, "-c", code, data, partial, json.dumps(settings)], capture_output=True, text=True
+    )
+    if fit.returncode != 0:
+        Path(partial).unlink(missing_ok=True)
+        error = fit.stderr.strip().splitlines()[-1] if fit.stderr.strip() else f"exit status {fit.returncode}"
+        raise ClassifierError(f"fastText training on {data} failed ({error}); a lower --lr usually helps")
+    os.replace(partial, out)
+
+
+def report_path(model: str) -> Path:
+    return Path(model).with_suffix(".json")
