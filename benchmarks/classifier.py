@@ -12,17 +12,12 @@ Goal: >= 5,000 docs/s per core.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import tempfile
 import time
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
-real_documents = _module.real_documents
+from real_documents import real_documents  # beside this script
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

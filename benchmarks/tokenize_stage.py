@@ -12,7 +12,6 @@ documents. Goal: the stage >= 0.8x the raw encoder's tokens/s.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import tempfile
 import time
@@ -23,13 +22,7 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-
-_HERE = Path(__file__).resolve().parent
-
-_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
-real_documents = _module.real_documents
+from real_documents import real_documents  # noqa: E402 - beside this script
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 BATCH = 1000

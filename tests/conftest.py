@@ -35,6 +35,18 @@ def shared(relative: str) -> Path:
     return path
 
 
+def real_documents():
+    """The benchmarks' set of real documents (`benchmarks/real_documents.py`: id, text, url, lang), built from
+    ../shared/data once and cached."""
+    import importlib.util
+
+    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
+    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.real_documents(SHARED_DATA)
+
+
 def write_job(folder: Path, inputs: list[str], output: Path, extra: str = "", name: str = "test") -> Path:
     job = folder / f"{name}.toml"
     listed = ", ".join(f'"{i}"' for i in inputs)

@@ -3,7 +3,6 @@ clustering, the keep policies, and dedup inside a job (re-grouped without recomp
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import shutil
 
@@ -11,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, SHARED_DATA, shared, write_job
+from conftest import real_documents, shared, write_job
 
 from corpus.executor import run_job
 from corpus.job import load_job
@@ -100,10 +99,7 @@ def test_components_merge_across_partitions_and_bands():
 
 
 def _load_real_documents():
-    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.real_documents(SHARED_DATA).column("text").to_pylist()
+    return real_documents().column("text").to_pylist()
 
 
 def _shingles(text: str) -> set[tuple[int, ...]]:

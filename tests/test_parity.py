@@ -8,7 +8,6 @@ sentence counting (spaCy's sentencizer there); the goal is >= 99 % agreement per
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import tarfile
@@ -16,7 +15,7 @@ import tarfile
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, SHARED_DATA, shared
+from conftest import SHARED_DATA, real_documents, shared
 
 from corpus.rules import discover
 from corpus.schema import DOCUMENTS
@@ -37,10 +36,7 @@ def _datatrove():
 
 
 def _real_documents():
-    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    table = module.real_documents(SHARED_DATA)
+    table = real_documents()
     step = max(table.num_rows // DOCUMENTS_COMPARED, 1)
     return table.take(np.arange(0, table.num_rows, step)[:DOCUMENTS_COMPARED])
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, SHARED_DATA, shared, write_job
+from conftest import real_documents, write_job
 
 from corpus.executor import run_job
 from corpus.job import JobError, load_job
@@ -27,13 +27,7 @@ from stages.tokenize import (
 
 @pytest.fixture(scope="module")
 def tokenizer_file(tmp_path_factory):
-    import importlib.util
-
-    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
-    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    texts = module.real_documents(SHARED_DATA).column("text").to_pylist()
+    texts = real_documents().column("text").to_pylist()
     path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
     train_tokenizer(texts[::2], 4096, str(path))  # trained on half, checked on the other half too
     return str(path), texts
