@@ -1,0 +1,182 @@
+"""A small decoder-only language model trained on a run's token shards: the measuring instrument of ablations.
+
+`train_language_model(run, references, model, options)` streams the run's shards through `TokenDataset`, trains
+with AdamW, linear warmup then cosine decay and gradient clipping (bf16 autocast on CUDA), and scores held-out
+reference sets every `eval_every` steps and at the end: mean loss in nats per token, and bits per byte of the
+reference text, which compares models across tokenizers. The same seed on the same device gives the same losses.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from corpus.token_dataset import TokenDataset
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    seq_len: int = 256
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    steps: int = 200
+    batch_size: int = 8
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    seed: int = 0
+    device: str = "auto"  # "auto": CUDA when present
+
+
+@dataclass(frozen=True)
+class ReferenceSet:
+    """Held-out text, tokenized: each document's tokens, and the UTF-8 bytes of the text they encode."""
+
+    name: str
+    documents: list[np.ndarray]
+    text_bytes: int
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.heads = config.n_heads
+        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.out = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, 4 * config.d_model, bias=False),
+            nn.GELU(),
+            nn.Linear(4 * config.d_model, config.d_model, bias=False),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(self.norm2(x))
+
+
+class LanguageModel(nn.Module):
+    """GPT-2-shaped: token and position embeddings, pre-norm blocks, tied output embedding."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.positions = nn.Embedding(config.seq_len, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = nn.LayerNorm(config.d_model)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x) @ self.tokens.weight.T
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def _device(name: str) -> torch.device:
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
+
+
+def _learning_rate(step: int, options: TrainOptions) -> float:
+    if step < options.warmup:
+        return options.lr * (step + 1) / options.warmup
+    progress = (step - options.warmup) / max(1, options.steps - options.warmup)
+    return options.lr * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@torch.no_grad()
+def evaluate(model: LanguageModel, reference: ReferenceSet, device: torch.device) -> dict:
+    """Loss on every token of every document (each scored in windows of the model's length, from its start)."""
+    model.eval()
+    nats, tokens = 0.0, 0
+    length = model.config.seq_len
+    for document in reference.documents:
+        for start in range(0, len(document) - 1, length):
+            window = torch.as_tensor(document[start : start + length + 1], dtype=torch.long, device=device)
+            logits = model(window[:-1][None])
+            nats += F.cross_entropy(logits[0].float(), window[1:], reduction="sum").item()
+            tokens += len(window) - 1
+    model.train()
+    return {"nats_per_token": nats / max(tokens, 1), "bits_per_byte": nats / math.log(2) / max(reference.text_bytes, 1)}
+
+
+def train_language_model(
+    run: str | Path, references: list[ReferenceSet], config: ModelConfig, options: TrainOptions = TrainOptions()
+) -> list[dict]:
+    """Train on `run`'s token shards (repeated as often as `steps` needs) and return one row per evaluation:
+    step, tokens seen, train loss (mean since the last row), eval losses per reference set, epochs of the data,
+    tokens/s."""
+    torch.manual_seed(options.seed)
+    device = _device(options.device)
+    model = LanguageModel(config).to(device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": options.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=options.lr,
+        betas=(0.9, 0.95),
+    )
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    )
+    rows, losses, epochs, seen, started = [], [], 0, 0, time.perf_counter()
+    batches = iter(())
+    for step in range(options.steps):
+        batch = next(batches, None)
+        if batch is None:  # a pass over the shards is done: repeat the data (recorded as epochs)
+            loader = DataLoader(TokenDataset(run, config.seq_len), batch_size=options.batch_size, drop_last=True)
+            batches = iter(loader)
+            epochs += 1
+            batch = next(batches, None)
+            if batch is None:
+                needed = options.batch_size * (config.seq_len + 1)
+                raise ValueError(f"{run} holds fewer than {needed} tokens (one batch): nothing to train on")
+        tokens = batch["tokens"].to(device)
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(step, options)
+        with autocast:
+            logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        seen += tokens[:, 1:].numel()
+        if (step + 1) % options.eval_every == 0 or step + 1 == options.steps:
+            seconds = time.perf_counter() - started
+            row = {"step": step + 1, "tokens": seen, "train_loss": float(np.mean(losses)), "epochs": epochs}
+            for reference in references:
+                for metric, value in evaluate(model, reference, device).items():
+                    row[f"{reference.name}.{metric}"] = value
+            rows.append(row | {"tokens_per_s": seen / seconds, "parameters": model.parameter_count()})
+            losses = []
+    return rows

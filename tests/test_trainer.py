@@ -1,0 +1,76 @@
+"""The ablation trainer on CPU: a ~0.3M-parameter model on the sample's token shards, scored on real articles."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+from conftest import real_documents, shared, write_job
+
+from corpus.executor import run_job
+from corpus.job import load_job
+from corpus.sample import SAMPLE_PATH
+from stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
+
+torch = pytest.importorskip("torch", reason="the trainer needs the `ablation` extra (torch)")
+
+from corpus.trainer import LanguageModel, ModelConfig, ReferenceSet, TrainOptions, evaluate, train_language_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def shards_and_reference(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trainer")
+    tokenizer = str(folder / "tokenizer.json")
+    train_tokenizer(real_documents().column("text").to_pylist()[:500], 512, tokenizer)
+    shutil.copy(SAMPLE_PATH, folder / "crawl.warc.gz")
+    body = f'[annotate]\nrules = ["gopher_quality"]\n[tokenize]\ntokenizer = "{tokenizer}"\n'
+    run_job(load_job(write_job(folder, [str(folder / "crawl.warc.gz")], folder / "run", body)), use_ray=False)
+    bodies = json.loads(shared("html-scrapinghub-aeb/ground-truth.json").read_text())
+    texts = [entry["articleBody"] for _, entry in sorted(bodies.items())][:8]
+    encoded = TextTokenizer(tokenizer, END_OF_TEXT).encode(texts)
+    reference = ReferenceSet("articles", [np.array(t) for t in encoded], sum(len(t.encode()) for t in texts))
+    return folder / "run", reference
+
+
+CONFIG = ModelConfig(vocab_size=512, seq_len=64, d_model=64, n_layers=2, n_heads=4)
+
+
+def test_training_lowers_the_loss_and_the_same_seed_gives_the_same_losses(shards_and_reference):
+    run, reference = shards_and_reference
+    options = TrainOptions(steps=60, batch_size=8, lr=3e-3, warmup=5, eval_every=30, seed=1)
+    rows = train_language_model(run, [reference], CONFIG, options)
+    assert [row["step"] for row in rows] == [30, 60] and rows[1]["tokens"] == 60 * 8 * 64
+    assert rows[0]["parameters"] == sum(
+        p.numel() for p in __import__("corpus.trainer").trainer.LanguageModel(CONFIG).parameters()
+    )
+    assert rows[1]["train_loss"] < rows[0]["train_loss"] < math.log(512)  # learning, from a uniform guess's loss
+    assert rows[1]["articles.nats_per_token"] < math.log(512)
+    again = train_language_model(run, [reference], CONFIG, options)
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rs]  # noqa: E731
+    assert drop(again) == drop(rows)
+    other = train_language_model(run, [reference], CONFIG, TrainOptions(steps=60, eval_every=30, seed=2, warmup=5))
+    assert drop(other) != drop(rows)
+
+
+def test_bits_per_byte_is_the_token_loss_over_the_text_bytes(shards_and_reference):
+    _, reference = shards_and_reference
+    torch.manual_seed(0)
+    model = LanguageModel(CONFIG)
+    scores = evaluate(model, reference, torch.device("cpu"))
+    predicted = sum(len(d) - 1 for d in reference.documents)
+    assert scores["bits_per_byte"] == pytest.approx(
+        scores["nats_per_token"] * predicted / math.log(2) / reference.text_bytes
+    )
+    assert scores["nats_per_token"] == pytest.approx(math.log(512), rel=0.05)  # an untrained model is near uniform
+
+
+def test_a_budget_past_the_data_repeats_it_and_says_how_often(shards_and_reference):
+    run, reference = shards_and_reference
+    manifest = json.loads((run / "tokens" / "manifest.json").read_text())
+    per_pass = manifest["tokens"] // (CONFIG.seq_len + 1) // 8  # full batches of 8 sequences in one pass
+    assert per_pass > 2
+    rows = train_language_model(run, [], CONFIG, TrainOptions(steps=per_pass * 2 + 1, eval_every=10_000, warmup=1))
+    assert rows[-1]["epochs"] == 3
