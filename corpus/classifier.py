@@ -19,12 +19,9 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from functools import cache
 from pathlib import Path
 
 import numpy as np
-
-from corpus.outputs import content_sha256
 
 POSITIVE = "__label__hq"
 NEGATIVE = "__label__cc"
@@ -136,7 +133,6 @@ class QualityModel:
             raise ClassifierError(
                 f"{path} has labels {labels}, not {POSITIVE} and {NEGATIVE}: train it with `corpus classifier train`"
             )
-        self.path = path
 
     def scores(self, texts: list[str]) -> np.ndarray:
         """The probability of the positive class for each text (float32)."""
@@ -147,17 +143,6 @@ class QualityModel:
             predictions = predict(normalise(text) + "\n", 2, 0.0, "replace")
             out[i] = next((p for p, label in predictions if label == POSITIVE), 0.0)
         return np.minimum(out, 1.0)  # fastText's softmax can exceed 1 by a rounding step
-
-
-def load_model(path: str) -> QualityModel:
-    """One model per process and file contents (a worker scores many batches; a model retrained in place is
-    loaded again)."""
-    return _load_model(path, content_sha256(path) if Path(path).is_file() else "")
-
-
-@cache
-def _load_model(path: str, digest: str) -> QualityModel:
-    return QualityModel(path)
 
 
 def metrics(labels: np.ndarray, scores: np.ndarray) -> dict:

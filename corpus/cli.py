@@ -64,18 +64,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from stages.tokenize import train_tokenizer
 
     run = Path(args.run)
     selection = pq.read_table(run / "selection", columns=["id", "kept"])
-    kept = set(selection.filter(selection.column("kept")).column("id").to_pylist())
-    if not kept:
+    kept = selection.filter(selection.column("kept")).column("id")
+    if not len(kept):
         print(f"corpus: {run} has no selected documents to train on", file=sys.stderr)
         return 2
     documents = pq.read_table(run / "documents", columns=["id", "text"])
-    texts = [row["text"] for row in documents.to_pylist() if row["id"] in kept]
+    selected = documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
+    texts = selected.column("text").to_pylist()
     train_tokenizer(texts, args.vocab_size, args.out)
     print(f"wrote {args.out}: byte-level BPE, {args.vocab_size} tokens, trained on {len(texts):,} documents")
     return 0

@@ -18,6 +18,7 @@ import fsspec
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from corpus.outputs import load_once
 from stages.tokenize import TextTokenizer, TokenizerError
 
 
@@ -214,7 +215,7 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
     if job.tokenize.tokenizer:
         tokenizer = _resolve_path(job.tokenize.tokenizer, path.parent)
         try:
-            TextTokenizer(tokenizer, job.tokenize.separator)
+            load_once(TextTokenizer, tokenizer, job.tokenize.separator)  # the driver keeps it for the manifest
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenize.tokenizer': {exc}") from None
         job = job.model_copy(update={"tokenize": job.tokenize.model_copy(update={"tokenizer": tokenizer})})

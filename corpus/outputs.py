@@ -17,6 +17,7 @@ file under a final name, and a re-run skips exactly the shards whose `shards/<sh
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -206,3 +207,15 @@ def content_sha256(path: str) -> str:
                 digest.update(chunk)
         _DIGESTS[key] = digest.hexdigest()
     return _DIGESTS[key]
+
+
+def load_once(factory, path: str, *args):
+    """`factory(path, *args)` built once per process for the file's current contents: a worker reuses a loaded
+    model or tokenizer across tasks, and loads it again when the file is replaced. A missing path is left to
+    `factory` to report."""
+    return _loaded(factory, path, content_sha256(path) if Path(path).exists() else "", args)
+
+
+@functools.cache
+def _loaded(factory, path: str, digest: str, args: tuple):
+    return factory(path, *args)

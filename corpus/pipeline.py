@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from corpus import __version__
 from corpus.accounting import StageCounts, check_chain
 from corpus.job import Job
-from corpus.outputs import OutputFolder, content_sha256
+from corpus.outputs import OutputFolder, content_sha256, load_once
 from corpus.rules import PATH_OPTION, CorpusRule, Rule, discover
 from corpus.text import DocumentBatch, stable_hashes
 from stages.annotate import annotate_documents, annotated_schema, signal_fields
@@ -411,9 +411,6 @@ def dedup_components(job: Job, step: str) -> pa.Table:
     return merge_forests(forests, step)
 
 
-_TOKENIZERS: dict[str, tuple] = {}
-
-
 def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
     """The texts a model trains on: the stored (extracted) texts through the corpus modifiers (line dedup, against
     the run's combined summary, whose line hashes come from these same texts), then the job's modifiers in
@@ -449,10 +446,9 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
     done = folder.report_with_key(report_path, key)
     if done is not None:
         return done
-    if options.tokenizer not in _TOKENIZERS:  # once per worker process
-        _TOKENIZERS[options.tokenizer] = TextTokenizer(options.tokenizer, options.separator)
+    tokenizer = load_once(TextTokenizer, options.tokenizer, options.separator)
     kept = pq.read_table(pa.BufferReader(selection_bytes), columns=["kept"]).column("kept").to_numpy()
-    tables = _token_tables(job, shard, folder, kept, _TOKENIZERS[options.tokenizer], combined)
+    tables = _token_tables(job, shard, folder, kept, tokenizer, combined)
     if options.shuffle_seed is None:
         for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
             folder.fs.rm(stale)
@@ -476,7 +472,7 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     """`tokens/manifest.json`: every token file with its counts, the totals, the tokenizer and the selection."""
     folder = OutputFolder(job.output)
     options = job.tokenize
-    tokenizer = TextTokenizer(options.tokenizer, options.separator)
+    tokenizer = load_once(TextTokenizer, options.tokenizer, options.separator)
     files = [file for report in sorted(reports, key=lambda r: r["id"]) for file in report["files"]]
     listed = {folder.path(file["path"]) for file in files}
     for name in folder.fs.glob(folder.path("tokens", "shards", "*.parquet")):

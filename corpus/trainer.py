@@ -102,7 +102,9 @@ class LanguageModel(nn.Module):
 
 
 def _device(name: str) -> torch.device:
-    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
+    if name != "auto":
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _learning_rate(step: int, options: TrainOptions) -> float:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from corpus.classifier import load_model
+from corpus.classifier import QualityModel
+from corpus.outputs import load_once
 from corpus.rules import FilePath, Rule, RuleOptions, Signal, register
 from corpus.text import DocumentBatch
 
@@ -29,7 +30,7 @@ class QualityClassifier(Rule):
 
     @classmethod
     def check(cls, options: Options) -> None:
-        load_model(options.model)  # a missing or corrupt file, or other labels, fail at job load
+        load_once(QualityModel, options.model)  # a missing or corrupt file, or other labels, fail at job load
 
     def compute(self, docs: DocumentBatch) -> dict:
-        return {"score": load_model(self.options.model).scores(docs.texts)}
+        return {"score": load_once(QualityModel, self.options.model).scores(docs.texts)}  # once per worker

@@ -165,12 +165,29 @@ def test_tokenizer_files_that_cannot_be_used_are_refused_with_their_path(tokeniz
         TextTokenizer(str(tmp_path / "cl100k_base.tiktoken"), END_OF_TEXT)
 
 
-def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resumes(tokenizer_file, tmp_path):
+@pytest.fixture(scope="module")
+def token_run(tokenizer_file, tmp_path_factory):
+    """(a run of the sample with token shards, every token of its shards in file order)."""
     path, _ = tokenizer_file
-    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
-    run_job(_job(tmp_path, path, "run"), use_ray=False)
-    run = tmp_path / "run"
-    everything = np.concatenate(pq.read_table(run / "tokens" / "shards").column("tokens").to_numpy(False).tolist())
+    folder = tmp_path_factory.mktemp("token_run")
+    shutil.copy(SAMPLE_PATH, folder / "crawl.warc.gz")
+    run_job(_job(folder, path, "run"), use_ray=False)
+    run = folder / "run"
+    return run, np.concatenate(pq.read_table(run / "tokens" / "shards").column("tokens").to_numpy(False).tolist())
+
+
+def test_the_tokenizer_command_trains_on_the_selected_documents_of_a_run(token_run, tmp_path, capsys):
+    from corpus.cli import main
+
+    run, _ = token_run
+    kept = pq.read_table(run / "selection", columns=["kept"]).column("kept").to_numpy(zero_copy_only=False).sum()
+    assert main(["tokenizer", "train", str(run), "--vocab-size", "600", "--out", str(tmp_path / "t.json")]) == 0
+    assert f"trained on {kept:,} documents" in capsys.readouterr().out
+    assert TextTokenizer(str(tmp_path / "t.json"), END_OF_TEXT).vocab_size == 600
+
+
+def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resumes(token_run):
+    run, everything = token_run
     readers = [TokenStream(run, 255, rank=r, world_size=2, worker=w, num_workers=2) for r in (0, 1) for w in (0, 1)]
     sequences = [list(reader) for reader in readers]
     assert all(len(seq) == 256 for part in sequences for seq in part[:-1])
@@ -187,17 +204,13 @@ def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resume
     assert [s.tolist() for s in dropped] == [s.tolist() for s in sequences[2] if len(s) == 256]
 
 
-def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and_resumes(tokenizer_file, tmp_path):
+def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and_resumes(token_run):
     import torch
     from torch.utils.data import DataLoader
 
     from corpus.token_dataset import TokenDataset
 
-    path, _ = tokenizer_file
-    shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
-    run_job(_job(tmp_path, path, "run"), use_ray=False)
-    run = tmp_path / "run"
-    everything = np.concatenate(pq.read_table(run / "tokens" / "shards").column("tokens").to_numpy(False).tolist())
+    run, everything = token_run
 
     # unbatched, with each reader's last, shorter sequence: 2 ranks x 2 workers see every token once
     seen = [
