@@ -11,22 +11,15 @@ Goal: >= 5,000 docs/s per core.
 
 from __future__ import annotations
 
-import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
-from real_documents import real_documents  # beside this script
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+from real_documents import benchmark_arguments, real_documents  # beside this script
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=SHARED)
-    args = parser.parse_args()
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    args = benchmark_arguments(__doc__)
 
     import fasttext
 

@@ -17,9 +17,7 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import resource
 import subprocess
 import tempfile
@@ -27,9 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from real_documents import real_documents  # beside this script
+from real_documents import benchmark_arguments, real_documents  # beside this script
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PERMUTATIONS, NGRAM, BANDS, ROWS = 112, 5, 14, 8
 BATCH = 10_000
 
@@ -271,11 +268,7 @@ def whole_section(docs) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=SHARED)
-    parser.add_argument("--datatrove-python", help="python of a venv with datatrove; omitted = no datatrove row")
-    args = parser.parse_args()
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    args = benchmark_arguments(__doc__, datatrove=True)
 
     from corpus.text import DocumentBatch
 

@@ -12,6 +12,7 @@ Built once and cached as Parquet (columns: id, text, url, lang) under the system
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tarfile
@@ -22,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CHUNK_WORDS = 500
 CACHE_VERSION = 3
 
@@ -115,3 +117,15 @@ def real_documents(shared: Path) -> pa.Table:
         pq.write_table(table, temporary)
         os.replace(temporary, cache)
     return pq.read_table(cache)
+
+
+def benchmark_arguments(description: str, datatrove: bool = False) -> argparse.Namespace:
+    """A benchmark's command line (`--shared`, and `--datatrove-python` where datatrove is a peer), parsed, with
+    this process pinned to one core: every figure is per core."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
+    if datatrove:
+        parser.add_argument("--datatrove-python", help="python of a venv with datatrove; omitted = no datatrove row")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    return args

@@ -14,10 +14,8 @@ datatrove lives in its own virtual environment (its `processing` extra pins traf
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -32,8 +30,8 @@ _spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_d
 real_documents_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(real_documents_module)
 real_documents = real_documents_module.real_documents
+benchmark_arguments = real_documents_module.benchmark_arguments
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 BATCH = 1000
 
 DATATROVE_CHAIN = r"""
@@ -91,11 +89,7 @@ def our_rules(shared: Path):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=SHARED)
-    parser.add_argument("--datatrove-python", help="python of a venv with datatrove; omitted = ours only")
-    args = parser.parse_args()
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    args = benchmark_arguments(__doc__, datatrove=True)
 
     import pyarrow as pa
 

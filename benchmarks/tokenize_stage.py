@@ -11,7 +11,6 @@ documents. Goal: the stage >= 0.8x the raw encoder's tokens/s.
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -22,17 +21,13 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from real_documents import real_documents  # noqa: E402 - beside this script
+from real_documents import benchmark_arguments, real_documents  # noqa: E402 - beside this script
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 BATCH = 1000
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=SHARED)
-    args = parser.parse_args()
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    args = benchmark_arguments(__doc__)
 
     from tokenizers import Tokenizer
 
