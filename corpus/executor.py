@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 
 from corpus.job import Job, JobError
-from corpus.outputs import OutputFolder
+from corpus.outputs import OutputFolder, content_sha256
 from corpus.pipeline import (
     Shard,
     annotate_fingerprint,
@@ -33,6 +33,7 @@ from corpus.pipeline import (
     dedup_partition,
     dedup_shuffle_shard,
     dedup_verify_shard,
+    documents_folder,
     fingerprint,
     plan_shards,
     process_shard,
@@ -215,6 +216,7 @@ def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callabl
             (
                 annotate_fingerprint(job),
                 [(t.reason, t.value) for t in thresholds],
+                content_sha256(job.exclude) if job.exclude else "",
                 job.dedup.model_dump(),
                 list(ordinal),  # a document is (shard ordinal, row): another set of shards renumbers them
             )
@@ -283,13 +285,14 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
         folder.remove_temporaries()
         shards = plan_shards(job)
         planned = {shard.id for shard in shards}
+        source = documents_folder(job)
         complete: dict[str, dict] = {}
-        for report in folder.list_json("shards"):
+        for report in source.list_json("shards"):
             if report["id"] not in planned:
                 continue
             if report["fingerprint"] != fingerprint(job):
                 raise StaleOutput(
-                    f"{job.output} holds shard {report['id']} made with other read/extract options; "
+                    f"{source.url} holds shard {report['id']} made with other read/extract options; "
                     "use a new output folder (or delete this one) to run with these options"
                 )
             complete[report["id"]] = report
@@ -302,6 +305,11 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
             for shard in shards
             if shard.id not in complete or complete[shard.id].get("annotate_fingerprint") != signals
         ]
+        if job.documents_from and work:
+            raise StaleOutput(
+                f"{job.documents_from} lacks {len(work)} shard(s) with this job's signals (first: "
+                f"{work[0][0].source}): run the documents job to completion first; a variant only selects"
+            )
         run: Callable = _run_on_ray if use_ray and work else _run_inline
         progress = RunProgress(len(shards), len(shards) - len(work), progress_stream)
         try:
@@ -309,7 +317,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
         finally:
             progress.close()
 
-        reports = [report for report in folder.list_json("shards") if report["id"] in planned]
+        reports = [report for report in source.list_json("shards") if report["id"] in planned]
         for report in reports:
             report["skipped"] = report["id"] in complete and report["id"] not in {s.id for s, _, _ in work}
         complete_shards = [shard for shard in shards if shard.id in {r["id"] for r in reports}]

@@ -91,8 +91,23 @@ class DedupOptions(_Section):
     steps: list[Literal["url", "exact", "minhash"]] = Field(
         default_factory=list, description="dedup steps over the selected documents, in order"
     )
+    keys: list[Literal["url", "exact", "minhash"]] | None = Field(
+        None,
+        description="key columns stored with the documents; default: those of `steps`. Store more to let "
+        "ablation variants dedup without re-annotating",
+    )
     minhash: MinHashOptions = MinHashOptions()
     partitions: int = Field(16, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks)")
+
+    @model_validator(mode="after")
+    def _steps_have_keys(self) -> DedupOptions:
+        missing = [step for step in self.steps if step not in self.stored_keys()]
+        if missing:
+            raise ValueError(f"steps {missing} need their keys stored: add them to dedup.keys")
+        return self
+
+    def stored_keys(self) -> list[str]:
+        return list(dict.fromkeys(self.steps if self.keys is None else self.keys))
 
 
 class TokenizeOptions(_Section):
@@ -124,6 +139,11 @@ class Job(_Section):
     select: dict[str, Any] = Field(default_factory=dict, description="thresholds: [select.RULE] SIGNAL.min/max")
     dedup: DedupOptions = DedupOptions()
     tokenize: TokenizeOptions = TokenizeOptions()
+    exclude: str = Field(
+        "",
+        description="a Parquet file with an `id` column: those documents are dropped by selection as `excluded` "
+        "(decontamination, takedowns)",
+    )
     ray: RayOptions = RayOptions()
 
     # Filled in by load_job, not by the file.
@@ -132,9 +152,10 @@ class Job(_Section):
     resolved_inputs: tuple[str, ...] = ()
     rule_settings: tuple[tuple[str, dict], ...] = ()  # (rule name, validated options) in annotate order
     thresholds: tuple = ()  # stages.select.Threshold, in selection order
+    documents_from: str = ""  # another run's output whose documents and signals this job selects (an ablation variant)
 
 
-INTERNAL_FIELDS = ("source_file", "source_sha256", "resolved_inputs", "rule_settings", "thresholds")
+INTERNAL_FIELDS = ("source_file", "source_sha256", "resolved_inputs", "rule_settings", "thresholds", "documents_from")
 
 
 def _format_error(path: Path, error: dict) -> str:
@@ -219,6 +240,11 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenize.tokenizer': {exc}") from None
         job = job.model_copy(update={"tokenize": job.tokenize.model_copy(update={"tokenizer": tokenizer})})
+    if job.exclude:
+        exclude = _resolve_path(job.exclude, path.parent)
+        if "://" not in exclude and not Path(exclude).is_file():
+            raise JobError(f"{path}: key 'exclude': no such file {exclude!r}")
+        job = job.model_copy(update={"exclude": exclude})
     if job.extract.lid_model:
         lid = _resolve_path(job.extract.lid_model, path.parent)
         if not Path(lid).is_file():

@@ -118,7 +118,7 @@ def annotate_fingerprint(job: Job) -> str:
         entry = (registry[name].versioned_name(), options)
         rules.append((*entry, files) if files else entry)  # a rule that names no file keeps its old fingerprint
     keys = [field.name for field in key_fields(job.dedup)]
-    if "minhash" in job.dedup.steps:
+    if "minhash" in job.dedup.stored_keys():
         minhash = job.dedup.minhash
         keys.append({"ngram": minhash.ngram, "permutations": minhash.permutations, "seed": minhash.seed})
     content = {"rules": rules, "dedup_keys": keys} if keys else rules  # without dedup: as before dedup existed
@@ -128,6 +128,11 @@ def annotate_fingerprint(job: Job) -> str:
 def documents_schema(job: Job) -> pa.Schema:
     """The stored documents: `DOCUMENTS`, one column per document-rule signal, then the dedup keys."""
     return pa.schema([*annotated_schema(document_rules(job)), *key_fields(job.dedup)])
+
+
+def documents_folder(job: Job) -> OutputFolder:
+    """Where the job's documents and signals live: its own output, or the run an ablation variant selects from."""
+    return OutputFolder(job.documents_from or job.output)
 
 
 _RULES: dict[str, list[Rule]] = {}
@@ -164,7 +169,7 @@ def _stored_batches(folder: OutputFolder, shard: Shard, batch_size: int, columns
 
 def summarize_shard(job: Job, shard: Shard) -> dict:
     """Each corpus rule's summary of one shard's stored documents (kept in `summaries/<id>.pkl` for resumes)."""
-    folder = OutputFolder(job.output)
+    folder = documents_folder(job)
     key = annotate_fingerprint(job)
     try:
         with folder.fs.open(folder.path(shard.summary_path), "rb") as fh:
@@ -186,7 +191,7 @@ def summarize_shard(job: Job, shard: Shard) -> dict:
 
 def corpus_annotate_shard(job: Job, shard: Shard, combined: dict, key: str) -> dict:
     """The corpus rules' signals for one shard against the combined summaries: `corpus_signals/<id>.parquet`."""
-    folder = OutputFolder(job.output)
+    folder = documents_folder(job)
     done = folder.report_with_key(shard.corpus_signals_report_path, key)
     if done is not None:
         return done
@@ -210,7 +215,7 @@ def stored_signals(job: Job, shard: Shard, columns: list[str]) -> pa.Table:
     """`id` and the named signal columns of a shard, from its documents and, for corpus rules, its corpus file."""
     import pyarrow.parquet as pq
 
-    folder = OutputFolder(job.output)
+    folder = documents_folder(job)
     corpus_columns = {rule.column(s.name) for rule in corpus_rules(job) for s in rule.signals}
     wanted_here = [c for c in columns if c not in corpus_columns]
     with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
@@ -296,10 +301,25 @@ def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = 
     return report
 
 
+def excluded_ids(path: str) -> pa.Array:
+    """The `id` column of an exclusion file (`exclude` in the job)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with fsspec.open(path, "rb") as fh:
+            return pq.read_table(fh, columns=["id"]).column("id").combine_chunks()
+    except (OSError, KeyError, pa.ArrowInvalid) as exc:
+        raise RuntimeError(f"{path} (key 'exclude'): cannot read an `id` column: {exc}") from exc
+
+
 def _rule_selection(job: Job, shard: Shard, thresholds: list, extra_columns: list[str] = ()):
     columns = list(dict.fromkeys([*(threshold.column for threshold in thresholds), *extra_columns]))
     signals = stored_signals(job, shard, columns)
-    return signals, *select_documents(signals, thresholds)
+    excluded = None
+    if job.exclude:
+        ids = load_once(excluded_ids, job.exclude)
+        excluded = pc.is_in(signals.column("id"), value_set=ids).to_numpy(zero_copy_only=False)
+    return signals, *select_documents(signals, thresholds, excluded)
 
 
 def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) -> dict:
@@ -384,7 +404,7 @@ def _texts_at(folder: OutputFolder, shard_id: str, rows: np.ndarray) -> list[str
 def dedup_verify_shard(job: Job, shard: Shard, work: dict) -> dict:
     """Exact Jaccard of each MinHash duplicate of this shard (`work["rows"]`) with the document kept instead
     (`work["originals"]`: (shard id, row) each), from the stored texts."""
-    folder = OutputFolder(job.output)
+    folder = documents_folder(job)
     rows = np.asarray(work["rows"], np.int64)
     originals = [None] * len(rows)
     by_shard: dict[str, list[int]] = {}
@@ -448,7 +468,7 @@ def tokenize_shard(job: Job, shard: Shard, combined: dict, corpus_key: str) -> d
         return done
     tokenizer = load_once(TextTokenizer, options.tokenizer, options.separator)
     kept = pq.read_table(pa.BufferReader(selection_bytes), columns=["kept"]).column("kept").to_numpy()
-    tables = _token_tables(job, shard, folder, kept, tokenizer, combined)
+    tables = _token_tables(job, shard, kept, tokenizer, combined)
     if options.shuffle_seed is None:
         for stale in folder.fs.glob(folder.path("tokens", "shards", f"{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")):
             folder.fs.rm(stale)
@@ -504,12 +524,12 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     )
 
 
-def _token_tables(job: Job, shard: Shard, folder: OutputFolder, kept, tokenizer, combined):
+def _token_tables(job: Job, shard: Shard, kept, tokenizer, combined):
     """The shard's selected documents as token rows, a table per row group of `row_group_documents` documents."""
     options = job.tokenize
     row = 0
     columns = ["id", "text", "url", "domain", "lang", "lang_score"]
-    for table in _stored_batches(folder, shard, options.row_group_documents, columns):
+    for table in _stored_batches(documents_folder(job), shard, options.row_group_documents, columns):
         chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
         row += table.num_rows
         if chosen.num_rows:

@@ -210,7 +210,8 @@ STAGE = "dedup"
 
 
 def key_fields(options) -> list[pa.Field]:
-    """The key columns the job's dedup steps need (`options`: `corpus.job.DedupOptions`)."""
+    """The key columns stored with the documents (`options`: `corpus.job.DedupOptions`): its `keys`, by default
+    those its steps need."""
     types = {
         "url": pa.uint64(),
         "exact": pa.uint64(),
@@ -221,7 +222,7 @@ def key_fields(options) -> list[pa.Field]:
         "exact": "hash of the lower-cased words",
         "minhash": f"MinHash of {options.minhash.ngram}-word shingles",
     }
-    return [pa.field(STEP_KEYS[s], types[s], metadata={"doc": meanings[s]}) for s in dict.fromkeys(options.steps)]
+    return [pa.field(STEP_KEYS[s], types[s], metadata={"doc": meanings[s]}) for s in options.stored_keys()]
 
 
 def add_dedup_keys(documents: pa.Table, options) -> pa.Table:

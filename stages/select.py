@@ -2,6 +2,7 @@
 
 For each document: kept or not, the first failing threshold (in the job's rule order, then the rule's signal
 order) as the drop reason, and every failing threshold. Vectorised over Arrow columns; it reads no text.
+Documents on the job's exclusion list (decontamination, takedowns) fail last, as `excluded`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow.compute as pc
 from corpus.accounting import StageCounts, StageResult
 
 STAGE = "select"
+EXCLUDED = "excluded"
 SELECTION = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
@@ -76,16 +78,21 @@ def default_thresholds(rule) -> list[Threshold]:
     ]
 
 
-def select_documents(signals: pa.Table, thresholds: list[Threshold]) -> tuple[StageResult, dict[str, int]]:
-    """(selection table `SELECTION` with its counts, documents failing each threshold whatever came first)."""
+def select_documents(
+    signals: pa.Table, thresholds: list[Threshold], excluded: np.ndarray | None = None
+) -> tuple[StageResult, dict[str, int]]:
+    """(selection table `SELECTION` with its counts, documents failing each threshold whatever came first).
+    `excluded`: a mask of documents to drop as `excluded` whatever their signals."""
     started = time.perf_counter()
     n = signals.num_rows
-    failing = np.zeros((len(thresholds), n), np.bool_)
+    reasons = [threshold.reason for threshold in thresholds] + ([EXCLUDED] if excluded is not None else [])
+    failing = np.zeros((len(reasons), n), np.bool_)
     for t, threshold in enumerate(thresholds):
         failing[t] = threshold.failing(signals.column(threshold.column))
+    if excluded is not None:
+        failing[-1] = excluded
     any_failure = failing.any(axis=0)
-    first = np.where(any_failure, failing.argmax(axis=0), -1) if thresholds else np.full(n, -1)
-    reasons = [threshold.reason for threshold in thresholds]
+    first = np.where(any_failure, failing.argmax(axis=0), -1) if reasons else np.full(n, -1)
     first_failure = [reasons[f] if f >= 0 else None for f in first]
     failures = [[reasons[t] for t in np.flatnonzero(failing[:, d])] for d in range(n)]
     table = pa.Table.from_pydict(
