@@ -216,6 +216,60 @@ def _classifier_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ablate_run(args: argparse.Namespace) -> int:
+    from corpus.ablation import load_ablation, run_ablation
+
+    try:
+        ablation = load_ablation(args.job, output=args.output)
+        summary = run_ablation(ablation, use_ray=not args.no_ray)
+    except (JobError, OutputLocked) as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    for name, error in summary["failed_runs"].items():
+        print(f"corpus: run {name} failed: {error}", file=sys.stderr)
+    results = Path(ablation.output) / "results.parquet"
+    print(f"ablation done in {summary['wall_seconds']:,.0f} s: {results}")
+    if results.exists():
+        _ablate_report(argparse.Namespace(results=str(results), metric="nats_per_token"))
+    return 1 if summary["failed_runs"] else 0
+
+
+def _ablate_report(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from corpus.ablation import report_rows
+
+    path = Path(args.results)
+    path = path / "results.parquet" if path.is_dir() else path
+    if not path.is_file():
+        print(f"corpus: no results file at {path}; run `corpus ablate run JOB` first", file=sys.stderr)
+        return 2
+    rows = report_rows(pq.read_table(path), args.metric)
+    table = Table(title=f"{path} · final eval {args.metric} over seeds, Δ vs the baseline (± 2 s.e. of Δ)")
+    for column in ("variant", "reference", "tokens kept", "repeat", "mean ± std", "seeds", "Δ vs baseline", "verdict"):
+        table.add_column(column, justify="left" if column in ("variant", "reference", "verdict") else "right")
+    for row in rows:
+        if row["baseline"]:
+            delta, verdict = "-", "baseline"
+        else:
+            delta = f"{row['delta']:+.4f} ± {row['noise_band']:.4f}"
+            verdict = {None: "one seed: no noise estimate", True: "within seed noise"}.get(
+                row["within_noise"], "better" if row["delta"] < 0 else "worse"
+            )
+        table.add_row(
+            row["variant"],
+            row["reference"],
+            f"{row['tokens_kept']:,}",
+            f"{row['repeat_factor']:.2f}x",
+            f"{row['mean']:.4f} ± {row['std']:.4f}",
+            str(row["seeds"]),
+            delta,
+            verdict,
+        )
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
+    return 0
+
+
 def _print_metrics(title: str, result: dict) -> None:
     table = Table(title=title)
     for name in result:
@@ -259,6 +313,18 @@ def main(argv: list[str] | None = None) -> int:
     eval_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
     eval_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
     eval_classifier.set_defaults(handler=_classifier_eval)
+
+    ablate = commands.add_parser("ablate", help="train a small model per variant of the rules, and compare")
+    ablate_commands = ablate.add_subparsers(dest="ablate_command", required=True)
+    ablate_run = ablate_commands.add_parser("run", help="run (or resume) an ablation job file")
+    ablate_run.add_argument("job", help="an ablation TOML file, e.g. jobs/ablation_sample.toml")
+    ablate_run.add_argument("--output", help="output folder (overrides the file's `output`)")
+    ablate_run.add_argument("--no-ray", action="store_true", help="run everything in this process, one at a time")
+    ablate_run.set_defaults(handler=_ablate_run)
+    ablate_report = ablate_commands.add_parser("report", help="per variant: final eval loss over seeds, Δ, noise")
+    ablate_report.add_argument("results", help="results.parquet, or the ablation's output folder")
+    ablate_report.add_argument("--metric", choices=["nats_per_token", "bits_per_byte"], default="nats_per_token")
+    ablate_report.set_defaults(handler=_ablate_report)
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")

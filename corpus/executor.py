@@ -109,9 +109,8 @@ def _format_failure(exc: BaseException) -> str:
 Work = tuple[Shard, str, dict | None]  # shard, action, its current report
 
 
-def _run_on_ray(
-    job: Job, work: list[Work], progress: RunProgress | None, shared=None
-) -> tuple[dict[str, dict], dict[str, str]]:
+def ensure_ray() -> None:
+    """Join the cluster `RAY_ADDRESS` names, or start a local one, once per process."""
     import ray
 
     if not ray.is_initialized():
@@ -119,6 +118,14 @@ def _run_on_ray(
             ray.init(logging_level=logging.WARNING)
         else:
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
+
+
+def _run_on_ray(
+    job: Job, work: list[Work], progress: RunProgress | None, shared=None
+) -> tuple[dict[str, dict], dict[str, str]]:
+    import ray
+
+    ensure_ray()
     counter = _ray_progress_actor()
     task = ray.remote(_ray_task).options(num_cpus=job.ray.num_cpus_per_task, max_retries=job.ray.max_retries)
     shared_ref = ray.put(shared)  # once, not once per task (the corpus summaries can be tens of MB)

@@ -215,17 +215,27 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(resolved))  # drop repeats, keep order
 
 
-def load_job(path: str | Path, output: str | None = None) -> Job:
-    """Read and validate a job file. `output` overrides the file's output folder."""
-    path = Path(path)
+def read_toml(path: Path) -> tuple[dict, bytes]:
+    """A TOML file's contents and its bytes (for the hash runs record)."""
     try:
         raw_bytes = path.read_bytes()
     except OSError as exc:
         raise JobError(f"cannot read job file {path}: {exc.strerror}") from exc
     try:
-        data = tomllib.loads(raw_bytes.decode("utf-8"))
+        return tomllib.loads(raw_bytes.decode("utf-8")), raw_bytes
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def load_job(path: str | Path, output: str | None = None) -> Job:
+    """Read and validate a job file. `output` overrides the file's output folder."""
+    path = Path(path)
+    data, raw_bytes = read_toml(path)
+    return job_from_data(data, path, hashlib.sha256(raw_bytes).hexdigest(), output)
+
+
+def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None = None) -> Job:
+    """Validate a job's TOML contents; relative paths are relative to `path`'s folder, errors name `path`."""
     for internal in INTERNAL_FIELDS:
         if internal in data:
             raise JobError(f"{path}: unknown key '{internal}'")
@@ -258,7 +268,7 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
             # --output on the command line is relative to the working directory, like any CLI path.
             "output": _resolve_path(output, Path.cwd()) if output else _resolve_path(job.output, path.parent),
             "source_file": str(path.resolve()),
-            "source_sha256": hashlib.sha256(raw_bytes).hexdigest(),
+            "source_sha256": source_sha256,
             "resolved_inputs": _expand_inputs(job, path),
         }
     )

@@ -4,6 +4,8 @@
 with AdamW, linear warmup then cosine decay and gradient clipping (bf16 autocast on CUDA), and scores held-out
 reference sets every `eval_every` steps and at the end: mean loss in nats per token, and bits per byte of the
 reference text, which compares models across tokenizers. The same seed on the same device gives the same losses.
+Throughput is training tokens per second (evaluation excluded) and, on a GPU whose peak is known, the model FLOPs
+utilisation (MFU: 6 x matmul parameters + attention FLOPs per token, as PaLM's appendix B counts them).
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ class TrainOptions:
     eval_every: int = 100
     seed: int = 0
     device: str = "auto"  # "auto": CUDA when present
+    threads: int = 0  # CPU threads torch uses (0: torch's default)
+    compile: bool = True  # torch.compile the model on CUDA
+
+
+# Dense bf16 peak FLOP/s by device name, for MFU.
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,22 @@ class LanguageModel(nn.Module):
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6 per matmul weight (the tied embedding counts once, as the output layer; the
+        position table is a lookup) plus causal attention's 12 x layers x width x length."""
+        config = self.config
+        matmul = self.parameter_count() - self.positions.weight.numel()
+        return 6 * matmul + 12 * config.n_layers * config.d_model * config.seq_len
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def peak_flops(device: torch.device) -> float | None:
+    name = device_name(device)
+    return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None) if device.type == "cuda" else None
+
 
 def _device(name: str) -> torch.device:
     if name != "auto":
@@ -122,7 +146,7 @@ def evaluate(model: LanguageModel, reference: ReferenceSet, device: torch.device
     length = model.config.seq_len
     for document in reference.documents:
         for start in range(0, len(document) - 1, length):
-            window = torch.as_tensor(document[start : start + length + 1], dtype=torch.long, device=device)
+            window = torch.tensor(document[start : start + length + 1], dtype=torch.long, device=device)
             logits = model(window[:-1][None])
             nats += F.cross_entropy(logits[0].float(), window[1:], reduction="sum").item()
             tokens += len(window) - 1
@@ -135,7 +159,9 @@ def train_language_model(
 ) -> list[dict]:
     """Train on `run`'s token shards (repeated as often as `steps` needs) and return one row per evaluation:
     step, tokens seen, train loss (mean since the last row), eval losses per reference set, epochs of the data,
-    tokens/s."""
+    training tokens/s and MFU (None off CUDA or on an unknown GPU), parameters, device."""
+    if options.threads:
+        torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
     device = _device(options.device)
     model = LanguageModel(config).to(device)
@@ -146,11 +172,13 @@ def train_language_model(
         lr=options.lr,
         betas=(0.9, 0.95),
     )
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
-    )
-    rows, losses, epochs, seen, started = [], [], 0, 0, time.perf_counter()
+    cuda = device.type == "cuda"
+    forward = torch.compile(model) if cuda and options.compile else model
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
+    peak = peak_flops(device)
+    rows, losses, epochs, seen, training_seconds = [], [], 0, 0, 0.0
     batches = iter(())
+    started = time.perf_counter()
     for step in range(options.steps):
         batch = next(batches, None)
         if batch is None:  # a pass over the shards is done: repeat the data (recorded as epochs)
@@ -161,24 +189,35 @@ def train_language_model(
             if batch is None:
                 needed = options.batch_size * (config.seq_len + 1)
                 raise ValueError(f"{run} holds fewer than {needed} tokens (one batch): nothing to train on")
-        tokens = batch["tokens"].to(device)
+        tokens = batch["tokens"].to(device, non_blocking=True)
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(step, options)
         with autocast:
-            logits = model(tokens[:, :-1])
+            logits = forward(tokens[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(loss.detach())
         seen += tokens[:, 1:].numel()
         if (step + 1) % options.eval_every == 0 or step + 1 == options.steps:
-            seconds = time.perf_counter() - started
-            row = {"step": step + 1, "tokens": seen, "train_loss": float(np.mean(losses)), "epochs": epochs}
+            train_loss = torch.stack(losses).mean().item()  # the one sync per interval
+            training_seconds += time.perf_counter() - started
+            tokens_per_s = seen / training_seconds
+            row = {"step": step + 1, "tokens": seen, "train_loss": train_loss, "epochs": epochs}
             for reference in references:
                 for metric, value in evaluate(model, reference, device).items():
                     row[f"{reference.name}.{metric}"] = value
-            rows.append(row | {"tokens_per_s": seen / seconds, "parameters": model.parameter_count()})
+            rows.append(
+                row
+                | {
+                    "tokens_per_s": tokens_per_s,
+                    "mfu": tokens_per_s * model.flops_per_token() / peak if peak else None,
+                    "parameters": model.parameter_count(),
+                    "device": device_name(device),
+                }
+            )
             losses = []
+            started = time.perf_counter()
     return rows
