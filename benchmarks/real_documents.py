@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import tarfile
 import tempfile
 import zipfile
@@ -41,7 +42,21 @@ def _chunks(text: str, source: str) -> list[dict]:
     return documents
 
 
-def _html_pages(shared: Path) -> list[tuple[str, bytes, str | None]]:
+def wikitext_articles(path: Path) -> list[str]:
+    """WikiText-2's articles (split at its top-level ' = Title = ' lines), with its tokenisation undone."""
+    articles, lines = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if re.fullmatch(r" = [^=].* = ", line):
+            if lines:
+                articles.append("\n".join(lines))
+            lines = []
+        elif line.strip() and not line.startswith(" = "):
+            text = line.strip().replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".").replace("<unk>", "")
+            lines.append(re.sub(r" ([,.;:!?)'])", r"\1", text).replace("( ", "("))
+    return articles + ["\n".join(lines)]
+
+
+def html_pages(shared: Path) -> list[tuple[str, bytes, str | None]]:
     """(id, html bytes, url) of the real HTML pages in the evaluation sets."""
     pages = []
     evaldata = json.loads((shared / "html-trafilatura-eval" / "evaldata.json").read_text())
@@ -66,7 +81,7 @@ def build(shared: Path) -> pa.Table:
     from stages.read import read_records
 
     documents: list[dict] = []
-    for page_id, data, url in _html_pages(shared):
+    for page_id, data, url in html_pages(shared):
         html, _ = decode_html(data, None)
         text = extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False).strip()
         if len(text.split()) >= 20:

@@ -210,7 +210,7 @@ def _paragraphs(sentences: list[str]) -> str:
     return "".join(f"<p>{html.escape(' '.join(chunk))}</p>" for chunk in chunks)
 
 
-class _WarcWriter:
+class WarcWriter:
     """Writes WARC/1.1 records, one gzip member each, as Common Crawl does."""
 
     def __init__(self) -> None:
@@ -269,7 +269,7 @@ class _WarcWriter:
 def build_sample() -> tuple[bytes, int]:
     """The sample WARC's bytes and its number of HTML response records."""
     rng = random.Random(SEED)
-    warc = _WarcWriter()
+    warc = WarcWriter()
     warc.warcinfo()
     clock = iter(CRAWL_START + timedelta(minutes=7 * i) for i in range(100_000))
     articles: list[tuple[str, str, list[str]]] = []

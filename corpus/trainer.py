@@ -159,7 +159,8 @@ def train_language_model(
 ) -> list[dict]:
     """Train on `run`'s token shards (repeated as often as `steps` needs) and return one row per evaluation:
     step, tokens seen, train loss (mean since the last row), eval losses per reference set, epochs of the data,
-    training tokens/s and MFU (None off CUDA or on an unknown GPU), parameters, device."""
+    training tokens/s since the last row (evaluation excluded) and its MFU (None off CUDA or on an unknown GPU),
+    parameters, device."""
     if options.threads:
         torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
@@ -176,7 +177,7 @@ def train_language_model(
     forward = torch.compile(model) if cuda and options.compile else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
     peak = peak_flops(device)
-    rows, losses, epochs, seen, training_seconds = [], [], 0, 0, 0.0
+    rows, losses, epochs, seen, interval_start = [], [], 0, 0, 0
     batches = iter(())
     started = time.perf_counter()
     for step in range(options.steps):
@@ -203,8 +204,7 @@ def train_language_model(
         seen += tokens[:, 1:].numel()
         if (step + 1) % options.eval_every == 0 or step + 1 == options.steps:
             train_loss = torch.stack(losses).mean().item()  # the one sync per interval
-            training_seconds += time.perf_counter() - started
-            tokens_per_s = seen / training_seconds
+            tokens_per_s = (seen - interval_start) / (time.perf_counter() - started)  # this interval, no evaluation
             row = {"step": step + 1, "tokens": seen, "train_loss": train_loss, "epochs": epochs}
             for reference in references:
                 for metric, value in evaluate(model, reference, device).items():
@@ -218,6 +218,6 @@ def train_language_model(
                     "device": device_name(device),
                 }
             )
-            losses = []
+            losses, interval_start = [], seen
             started = time.perf_counter()
     return rows

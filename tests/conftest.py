@@ -38,13 +38,18 @@ def shared(relative: str) -> Path:
 def real_documents():
     """The benchmarks' set of real documents (`benchmarks/real_documents.py`: id, text, url, lang), built from
     ../shared/data once and cached."""
+    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
+    return real_documents_module().real_documents(SHARED_DATA)
+
+
+def real_documents_module():
+    """`benchmarks/real_documents.py`, the builder of the real-data sets that tests and benchmarks share."""
     import importlib.util
 
-    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
     spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.real_documents(SHARED_DATA)
+    return module
 
 
 def write_job(folder: Path, inputs: list[str], output: Path, extra: str = "", name: str = "test") -> Path:

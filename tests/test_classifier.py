@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared, write_job
+from conftest import real_documents_module, shared, write_job
 
 from corpus.classifier import (
     ClassifierError,
@@ -31,17 +30,7 @@ SMALL = TrainOptions(bucket=50_000)  # a 13 MB model instead of fastText's 2M-ro
 
 
 def _wikitext_articles(relative: str) -> list[str]:
-    """WikiText-2's articles (split at its top-level ' = Title = ' lines), with its tokenisation undone."""
-    articles, lines = [], []
-    for line in shared(relative).read_text(encoding="utf-8").splitlines():
-        if re.fullmatch(r" = [^=].* = ", line):
-            if lines:
-                articles.append("\n".join(lines))
-            lines = []
-        elif line.strip() and not line.startswith(" = "):
-            text = line.strip().replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".").replace("<unk>", "")
-            lines.append(re.sub(r" ([,.;:!?)'])", r"\1", text).replace("( ", "("))
-    return articles + ["\n".join(lines)]
+    return real_documents_module().wikitext_articles(shared(relative))
 
 
 @pytest.fixture(scope="module")

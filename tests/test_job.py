@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from corpus.cli import main
 from corpus.job import Job, JobError, load_job
@@ -32,6 +33,8 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ),
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
+        ("exclude = 'takedowns.parquet'\n", "key 'exclude': no such file"),
+        ("[dedup]\nsteps = ['url']\nkeys = ['exact']\n", "key 'dedup': Value error, steps ['url'] need their keys"),
         ("[warc]\nx = 1\n", "unknown key 'warc'"),
         ("[dedup]\nsteps = ['fuzzy']\n", "key 'dedup.steps.0': Input should be 'url', 'exact' or 'minhash'"),
         (
@@ -126,9 +129,17 @@ def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
 
 
 def test_shipped_job_files_are_valid():
+    from corpus.ablation import AblationJob, load_ablation
+
     for path in sorted((REPO / "jobs").glob("*.toml")):
-        Job.model_validate(tomllib.loads(path.read_text()))  # cc_main's inputs need the network: schema only
+        # Schema only: cc_main's inputs need the network, shared_pages' are made by benchmarks/ablation_shared.py.
+        model = AblationJob if path.name.startswith("ablation_") else Job
+        model.model_validate(tomllib.loads(path.read_text()))
     assert load_job(REPO / "jobs" / "sample.toml").resolved_inputs == (str(SAMPLE_PATH),)
+    sample = load_ablation(REPO / "jobs" / "ablation_sample.toml")
+    assert list(sample.variants) == ["unfiltered", "rules", "rules_dedup"] and sample.baseline == "unfiltered"
+    assert [job.dedup.steps for job in sample.variants.values()] == [[], [], ["url", "exact", "minhash"]]
+    assert not sample.variants["unfiltered"].thresholds and sample.variants["rules"].thresholds
 
 
 def test_readme_documents_every_job_key():
@@ -147,6 +158,16 @@ def test_readme_documents_every_job_key():
     sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
+    from corpus.ablation import AblationJob
+
+    ablation = readme[readme.index("| ablation key |") :]
+    ablation = ablation[: ablation.index("\n\n")]
+    for key, field in AblationJob.model_fields.items():
+        section = field.annotation if isinstance(field.annotation, type) else None
+        if section is not None and issubclass(section, BaseModel):
+            assert all(name in ablation for name in section.model_fields), key
+        else:
+            assert key in ablation, key
     for key in ("[rules.NAME]", "[select] rules", "[select.RULE]"):
         assert f"| `{key}" in readme, key
     for section, model in (

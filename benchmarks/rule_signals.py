@@ -9,28 +9,19 @@ filter (so it does less work per document than we do). Goal: ours >= 20x the pee
 datatrove lives in its own virtual environment (its `processing` extra pins trafilatura < 1.12):
 
     python -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove spacy tokenizers regex 'xxhash<4' pyarrow
-    python benchmarks/rules.py --datatrove-python /tmp/dtvenv/bin/python
+    python benchmarks/rule_signals.py --datatrove-python /tmp/dtvenv/bin/python
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# This file is named like the `rules` package, so its folder must not be on sys.path: load the helper by path.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-_spec = importlib.util.spec_from_file_location("real_documents", _HERE / "real_documents.py")
-real_documents_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(real_documents_module)
-real_documents = real_documents_module.real_documents
-benchmark_arguments = real_documents_module.benchmark_arguments
+from real_documents import benchmark_arguments, real_documents
 
 BATCH = 1000
 
