@@ -453,8 +453,9 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             variant_folder = OutputFolder(job.output)
             counts += _variant_counts(name, variant_folder, tokens_of)
             selection = pq.read_table(
-                variant_folder.path("selection"), columns=["id", "first_failure"], filesystem=variant_folder.fs
+                variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
             )
+            kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
             removed = selection.filter(pc.equal(selection.column("first_failure"), "excluded")).column("id")
             rows = [overlap_by_id[doc_id] for doc_id in removed.to_pylist()]
             contamination = {
@@ -483,6 +484,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
                 "job_sha256": ablation.source_sha256,
                 "selection": json.dumps(selection_record, sort_keys=True),
                 "manifest_sha256": hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest(),
+                "documents_sha256": hashlib.sha256("\n".join(kept_ids).encode()).hexdigest(),
                 "tokenizer_sha256": content_sha256(tokenizer_path),
                 "model_config": json.dumps(
                     {**ablation.spec.model.model_dump(), "vocab_size": tokenizer.vocab_size}, sort_keys=True
@@ -576,7 +578,8 @@ def final_evaluations(results: pa.Table) -> pa.Table:
 def report_rows(results: pa.Table, metric: str = "nats_per_token") -> list[dict]:
     """Per variant and reference set: the final `metric` over seeds (mean, sample std, n), and its difference from
     the baseline variant with a noise band of two standard errors of that difference, sqrt(s_a^2/n_a + s_b^2/n_b).
-    `within_noise` is None where either side has one seed (no noise estimate)."""
+    `within_noise` is None where either side has one seed (no noise estimate); `same_data_as` names an earlier
+    variant that trained on exactly the same documents (a selection that changed nothing)."""
     final = final_evaluations(results).to_pylist()
     references = sorted(c.removesuffix(f".{metric}") for c in results.column_names if c.endswith(f".{metric}"))
     baseline = next((row["variant"] for row in final if row["baseline"]), final[0]["variant"] if final else None)
@@ -588,10 +591,14 @@ def report_rows(results: pa.Table, metric: str = "nats_per_token") -> list[dict]
             values = np.array([row[f"{reference}.{metric}"] for row in runs], np.float64)
             std = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
             stats[variant, reference] = (float(values.mean()), std, len(values), runs[0])
+    first_with_data: dict[str, str] = {}
+    for variant in variants:
+        first_with_data.setdefault(stats[variant, references[0]][3].get("documents_sha256", variant), variant)
     rows = []
     for variant in variants:
         for reference in references:
             mean, std, n, run = stats[variant, reference]
+            same = first_with_data[run.get("documents_sha256", variant)]
             base_mean, base_std, base_n, _ = stats[baseline, reference]
             band = 2 * math.sqrt(std**2 / n + base_std**2 / base_n) if n > 1 and base_n > 1 else float("nan")
             delta = mean - base_mean
@@ -608,6 +615,7 @@ def report_rows(results: pa.Table, metric: str = "nats_per_token") -> list[dict]
                     "delta": delta,
                     "noise_band": band,
                     "within_noise": None if math.isnan(band) or variant == baseline else abs(delta) <= band,
+                    "same_data_as": same if same != variant else None,
                 }
             )
     return rows

@@ -266,7 +266,10 @@ def _ablate_report(args: argparse.Namespace) -> int:
             delta,
             verdict,
         )
-    Console(width=None if sys.stdout.isatty() else 140).print(table)
+    console = Console(width=None if sys.stdout.isatty() else 140)
+    console.print(table)
+    for variant, same in dict.fromkeys((row["variant"], row["same_data_as"]) for row in rows if row["same_data_as"]):
+        console.print(f"[yellow]{variant} trained on exactly the documents of {same}: its selection changed nothing")
     return 0
 
 

@@ -64,8 +64,8 @@ dedup = {{ steps = ["exact"] }}
 RESULT_COLUMNS = {
     "variant", "seed", "step", "tokens", "train_loss", "epochs", "tokens_per_s", "mfu", "parameters", "device",
     "heldout.nats_per_token", "heldout.bits_per_byte", "copied.nats_per_token", "copied.bits_per_byte",
-    "job_sha256", "selection", "manifest_sha256", "tokenizer_sha256", "model_config", "code_version", "baseline",
-    "variant_documents", "variant_tokens",
+    "job_sha256", "selection", "manifest_sha256", "documents_sha256", "tokenizer_sha256", "model_config",
+    "code_version", "baseline", "variant_documents", "variant_tokens",
 }  # fmt: skip
 
 
@@ -193,6 +193,9 @@ def test_the_report_is_mean_and_sample_std_over_seeds_and_the_difference_with_tw
     close = [dict(r, **{"ref.nats_per_token": r["ref.nats_per_token"] - 0.2}) if r["variant"] == "base" else r
              for r in rows]  # fmt: skip
     assert report_rows(pa.Table.from_pylist(close))[1]["within_noise"] is True  # Δ -0.1, band 0.163
+    assert new["same_data_as"] is None
+    same = [dict(r, documents_sha256="the same documents") for r in rows]
+    assert [r["same_data_as"] for r in report_rows(pa.Table.from_pylist(same))] == [None, "base"]
 
 
 def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro):
