@@ -5,7 +5,7 @@
    from text (each splitting and shingling its own way) and, for ours and datasketch, from ready shingles.
 2. LSH candidate pairs (14 bands x 8 rows) over the same signatures: ours (sort by band hash) vs datasketch's
    `MinHashLSH` insert + query; the pairs must be identical.
-3. Whole near-dedup (signatures -> LSH shuffle -> partition forests -> merged clusters -> kept, the pipeline's
+3. Whole near-dedup (signatures -> LSH shuffle -> partition forests -> star rounds -> kept, the pipeline's
    functions without its files) of 100k and 1M documents built from the real ones:
    each unique document is a real one's words re-hashed with its own salt (same lengths, distinct shingles), and
    20 % are copies of another with up to 2 % of words changed (Jaccard >= ~0.8). Built and processed as word
@@ -202,13 +202,14 @@ def _mix(h: np.ndarray) -> np.ndarray:
 
 
 def whole_section(docs) -> None:
-    """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> merge."""
+    """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> star rounds
+    (connected components) -> the document each component keeps."""
     import pyarrow as pa
 
     from stages.dedup import (
         _minhash,
         band_hashes,
-        merge_forests,
+        components_in_memory,
         partition_forest,
         partition_of,
         permutations,
@@ -219,7 +220,7 @@ def whole_section(docs) -> None:
     a, b = permutations(PERMUTATIONS, 1)
     partitions = 16
     print(
-        f"\n3. whole near-dedup (signatures -> LSH shuffle -> {partitions} partition forests -> merge -> kept), "
+        f"\n3. whole near-dedup (signatures -> LSH shuffle -> {partitions} partition forests -> star rounds -> kept), "
         f"{BANDS} x {ROWS}, one core"
     )
     print(
@@ -243,11 +244,12 @@ def whole_section(docs) -> None:
         shuffle_bytes = sum(t.nbytes for tables in parts for t in tables)
         forests = [partition_forest(pa.concat_tables(tables), "minhash") for tables in parts]
         del parts
-        merged = merge_forests(forests, "minhash")
-        bytes_per_doc[total] = (shuffle_bytes / total, merged.nbytes / max(merged.num_rows, 1), merged.num_rows)
+        measures: dict = {}
+        components = components_in_memory(forests, "minhash", partitions, measures)
+        bytes_per_doc[total] = (shuffle_bytes / total, measures, components.num_rows)
         kept = np.ones(total, np.bool_)
-        linked = merged.column("ref").to_numpy()
-        kept[linked] = linked == merged.column("root").to_numpy()
+        linked = components.column("ref").to_numpy()
+        kept[linked] = linked == components.column("root").to_numpy()
         seconds = time.perf_counter() - started
         timings[total] = seconds
         origin = np.concatenate(origins)
@@ -260,10 +262,13 @@ def whole_section(docs) -> None:
             f"{found:>14.1%}{unique_dropped:>16.2%}"
         )
     print(f"1M / 100k time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min and <= 4 GiB")
-    shuffled, merged_bytes, linked = bytes_per_doc[1_000_000]
+    shuffled, measures, linked = bytes_per_doc[1_000_000]
+    largest = measures["largest_partition_bytes"]
     print(
         f"bytes per document at 1M: {shuffled:.0f} in the shuffle files (all selected documents, {BANDS} bands); "
-        f"{merged_bytes:.0f} per linked document in the driver's merge ({linked:,} linked of 1,000,000)"
+        f"connected components in {measures['rounds']} star rounds over {partitions} partitions, the largest "
+        f"partition {largest / 2**20:.1f} MiB of edges ({largest / linked * partitions:.0f} bytes per linked document "
+        f"spread over the partitions; {linked:,} linked of 1,000,000); the driver holds none"
     )
 
 

@@ -9,7 +9,8 @@ A run has waves of tasks: first every shard that is not complete is processed (o
 re-annotated from its stored documents); with corpus rules, every shard is summarised, the driver combines the
 summaries (a reduce), and every shard gets its corpus signals; then quantile thresholds are resolved over the
 run; with dedup steps, each step shuffles the selected documents' keys into partition files, links them per
-partition and merges the forests (`deduplicate`); finally every shard is selected, duplicates included.
+partition, finds the connected components in star rounds over files and writes each shard's decisions
+(`deduplicate`); finally every shard is selected, duplicates included.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from corpus.pipeline import (
     annotate_fingerprint,
     corpus_annotate_shard,
     corpus_rules,
-    dedup_components,
+    dedup_decide_shard,
+    dedup_label,
     dedup_partition,
+    dedup_roots,
     dedup_shuffle_shard,
-    dedup_verify_shard,
+    dedup_star,
     documents_folder,
     fingerprint,
     plan_shards,
@@ -85,13 +88,19 @@ def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress,
         return dedup_shuffle_shard(job, shard, report, shared["thresholds"])
     if action == "dedup_partition":
         return dedup_partition(job, report)
-    if action == "dedup_verify":
-        return dedup_verify_shard(job, shard, report)
+    if action == "dedup_star":
+        return dedup_star(job, report)
+    if action == "dedup_label":
+        return dedup_label(job, report)
+    if action == "dedup_roots":
+        return dedup_roots(job, report)
+    if action == "dedup_decide":
+        return dedup_decide_shard(job, shard, report)
     if action == "tokenize":
         return tokenize_shard(job, shard, shared["combined"], shared["key"])
     if action == "tokenize_bucket":
         return tokenize_bucket(job, report["bucket"], report["key"], report["shards"])
-    return select_shard(job, shard, shared["thresholds"], report)  # report: the shard's dedup decisions
+    return select_shard(job, shard, shared["thresholds"])
 
 
 def _ray_task(job: Job, shard: Shard, action: str, report: dict | None, counter, shared) -> dict:
@@ -185,102 +194,80 @@ def resolve_quantiles(job: Job, shards: list[Shard]) -> list:
     return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
 
 
-def _unverified_duplicates(job: Job, refs, roots, by_ordinal: dict, runner: Callable) -> tuple[set, dict]:
-    """The MinHash duplicates whose exact Jaccard with the document kept instead is below `verify_threshold`
-    (LSH false positives, and documents joined only through a chain of others): a task per shard."""
-    work: dict[str, dict] = {}
-    for ref, root in zip(refs.tolist(), roots.tolist(), strict=True):
-        if ref != root:
-            entry = work.setdefault(by_ordinal[ref >> 32], {"rows": [], "originals": []})
-            entry["rows"].append(ref & 0xFFFFFFFF)
-            entry["originals"].append((by_ordinal[root >> 32], root & 0xFFFFFFFF))
-    ordinal_of = {shard_id: i for i, shard_id in by_ordinal.items()}
-    shards = [Shard(shard_id, f"dedup verification of {shard_id}") for shard_id in work]
-    results, failed = runner(job, [(shard, "dedup_verify", work[shard.id]) for shard in shards], None)
-    threshold = job.dedup.minhash.verify_threshold
-    unverified = {
-        (ordinal_of[shard_id] << 32) | int(row)
-        for shard_id, result in results.items()
-        for row, similarity in zip(result["rows"], result["jaccard"], strict=True)
-        if similarity < threshold
-    }
-    return unverified, failed
+MAX_STAR_ROUNDS = 200
 
 
-def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callable) -> tuple[dict, dict]:
-    """Run the dedup steps over the selected documents of `shards`: per step a shuffle (a task per shard writes
-    its keys into partition files), a task per partition (its forest of linked documents), and the driver's
-    merge of the forests, which holds only documents that share a key with another. Returns each shard's
-    decisions (for `select_shard`) and the failures."""
-    import numpy as np
+def _phase(runner: Callable, job: Job, work: list[Work], failed: dict, shared=None) -> dict[str, dict]:
+    done, phase_failed = runner(job, work, None, shared)
+    failed.update(phase_failed)
+    return done
 
-    ordinal = {shard.id: i for i, shard in enumerate(shards)}
-    by_ordinal = {i: shard_id for shard_id, i in ordinal.items()}
-    decisions: dict[str, dict[int, tuple[int, str, int]]] = {shard.id: {} for shard in shards}  # step, root, size
+
+def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callable) -> tuple[set, dict]:
+    """Run the dedup steps over the selected documents of `shards`, every phase a set of tasks that read and
+    write files, so no machine holds more than a partition: per step a shuffle (a task per shard writes its keys
+    into partition files), a forest per partition (union-find of the documents sharing a key), star rounds until
+    the components are stars (connected components over files, Kiveris et al. 2014), labels, the document each
+    component keeps, and each shard's decisions (`dedup/<step>/decisions/<shard>.parquet`, which `select_shard`
+    reads). Returns the shards decided and the failures."""
+    shard_ids = [shard.id for shard in shards]
+    partitions = job.dedup.partitions
     failed: dict[str, str] = {}
-    base = hashlib.sha256(
+    key = hashlib.sha256(
         pickle.dumps(
             (
                 annotate_fingerprint(job),
                 [(t.reason, t.value) for t in thresholds],
                 content_sha256(job.exclude) if job.exclude else "",
                 job.dedup.model_dump(),
-                list(ordinal),  # a document is (shard ordinal, row): another set of shards renumbers them
+                shard_ids,  # a document is (shard ordinal, row): another set of shards renumbers them
             )
         )
     ).hexdigest()
-    for s, step in enumerate(job.dedup.steps):
-        dropped = {
-            shard_id: sorted(row for row, (step_of, _, _) in rows.items() if step_of >= 0)
-            for shard_id, rows in decisions.items()
-        }
-        key = hashlib.sha256(pickle.dumps((base, s, sorted(dropped.items())))).hexdigest()[:16]
-        shuffle = [
-            (
-                shard,
-                "dedup_shuffle",
-                {"step": step, "key": key, "ordinal": ordinal[shard.id], "dropped": dropped[shard.id]},
-            )
-            for shard in shards
-        ]
-        _, shuffle_failed = runner(job, shuffle, None, {"thresholds": thresholds})
-        partitions = [
-            (
-                Shard(f"{step}-{p}", f"dedup {step} partition {p}"),
-                "dedup_partition",
-                {"step": step, "partition": p, "key": key, "shards": list(ordinal)},
-            )
-            for p in range(job.dedup.partitions)
-        ]
-        _, partition_failed = runner(job, partitions, None)
-        failed.update(shuffle_failed)
-        failed.update(partition_failed)
+    for index, step in enumerate(job.dedup.steps):
+        key = hashlib.sha256(f"{key}:{index}:{step}".encode()).hexdigest()[:16]  # decided by the steps before
+        work = {"step": step, "key": key, "index": index, "shards": shard_ids}
+        _phase(runner, job, [(shard, "dedup_shuffle", work) for shard in shards], failed, {"thresholds": thresholds})
         if failed:
-            return {}, failed
-        components = dedup_components(job, step)
-        refs = components.column("ref").to_numpy()
-        roots = components.column("root").to_numpy()
-        ids = components.column("id").to_pylist()
-        id_of = dict(zip(refs.tolist(), ids, strict=True))
-        unverified = set()
-        if step == "minhash" and job.dedup.minhash.verify_threshold is not None:
-            unverified, verify_failed = _unverified_duplicates(job, refs, roots, by_ordinal, runner)
-            failed.update(verify_failed)
+            return set(), failed
+        forests = [
+            (Shard(f"{step}-forest-{p}", f"dedup {step} partition {p}"), "dedup_partition", {**work, "partition": p})
+            for p in range(partitions)
+        ]
+        _phase(runner, job, forests, failed)
+        if failed:
+            return set(), failed
+        checksums: list[tuple[int, int]] = []
+        while len(checksums) < 3 or len(set(checksums[-3:])) > 1:  # two rounds in a row changed nothing
+            r = len(checksums)
+            if r == MAX_STAR_ROUNDS:
+                raise RuntimeError(f"dedup {step}: connected components did not converge in {r} rounds")
+            star = [
+                (Shard(f"{step}-star{r}-{q}", f"dedup {step} round {r} partition {q}"), "dedup_star",
+                 {**work, "partition": q, "round": r})
+                for q in range(partitions)
+            ]  # fmt: skip
+            reports = _phase(runner, job, star, failed)
             if failed:
-                return {}, failed
-        for ref, root, size in zip(refs.tolist(), roots.tolist(), components.column("size").to_pylist(), strict=True):
-            shard_id, row = by_ordinal[ref >> 32], ref & 0xFFFFFFFF
-            dropped_here = root != ref and ref not in unverified
-            decisions[shard_id][row] = (s if dropped_here else -1, id_of[root], size)
-    return {
-        shard_id: {
-            "rows": np.array(list(rows), np.int64),
-            "step": np.array([step for step, _, _ in rows.values()], np.int8),
-            "cluster_id": [root for _, root, _ in rows.values()],
-            "cluster_size": np.array([size for _, _, size in rows.values()], np.int32),
-        }
-        for shard_id, rows in decisions.items()
-    }, failed
+                return set(), failed
+            checksums.append((sum(rep["edges"] for rep in reports.values()),
+                              sum(rep["checksum"] for rep in reports.values()) % 2**64))  # fmt: skip
+        for kind, extra in (("label", {"round": len(checksums) - 1}), ("roots", {})):
+            tasks = [
+                (
+                    Shard(f"{step}-{kind}-{q}", f"dedup {step} {kind} {q}"),
+                    f"dedup_{kind}",
+                    {**work, "partition": q, **extra},
+                )
+                for q in range(partitions)
+            ]
+            _phase(runner, job, tasks, failed)
+            if failed:
+                return set(), failed
+        _phase(runner, job, [(shard, "dedup_decide", work) for shard in shards], failed)
+        if failed:
+            return set(), failed
+    return set(shard_ids), failed
 
 
 def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
@@ -345,14 +332,12 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
             failed.update(corpus_failed)
             complete_shards = [shard for shard in complete_shards if shard.id in corpus_done]
         thresholds = resolve_quantiles(job, complete_shards)
-        duplicates: dict[str, dict | None] = {shard.id: None for shard in complete_shards}
         if job.dedup.steps and complete_shards:
             decided, dedup_failed = deduplicate(job, complete_shards, thresholds, runner)
             failed.update(dedup_failed)
             complete_shards = [shard for shard in complete_shards if shard.id in decided]
-            duplicates = decided
         selections, select_failed = runner(
-            job, [(s, "select", duplicates[s.id]) for s in complete_shards], None, {"thresholds": thresholds}
+            job, [(s, "select", None) for s in complete_shards], None, {"thresholds": thresholds}
         )
         failed.update(select_failed)
         tokenized = None

@@ -32,18 +32,27 @@ from corpus.rules import PATH_OPTION, CorpusRule, Rule, discover
 from corpus.text import DocumentBatch, stable_hashes
 from stages.annotate import annotate_documents, annotated_schema, signal_fields
 from stages.dedup import (
-    FOREST,
+    COMPONENTS,
+    DECISIONS,
+    EDGES,
+    LABELS,
+    NODES,
     SHUFFLE,
     STEP_KEYS,
     add_dedup_keys,
     apply_duplicates,
+    best_roots,
+    edge_checksum,
+    forest_edges,
     jaccard,
     key_fields,
-    merge_forests,
     partition_forest,
     partition_of,
     shuffle_rows,
+    star_labels,
+    star_step,
     step_keys,
+    unique_edges,
 )
 from stages.extract import extract_documents
 from stages.read import read_records
@@ -323,8 +332,8 @@ def _rule_selection(job: Job, shard: Shard, thresholds: list, extra_columns: lis
 
 
 def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) -> dict:
-    """One dedup step's shuffle of a shard: its selected documents (less those earlier steps dropped, `work`'s
-    `dropped` rows) as (band, key, document) rows, one file per partition: `dedup/<step>/<p>/<shard>.parquet`."""
+    """One dedup step's shuffle of a shard: its selected documents (less those earlier steps dropped) as (band,
+    key, document) rows, one file per partition: `dedup/<step>/shuffle/<p>/<shard>.parquet`."""
     folder = OutputFolder(job.output)
     step, key = work["step"], work["key"]
     done_path = f"dedup/{step}/_{shard.id}.json"
@@ -333,59 +342,187 @@ def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) ->
         return done
     columns = [STEP_KEYS[step], "date", *(["text"] if step == "url" else [])]
     signals, selected, _ = _rule_selection(job, shard, thresholds, columns)
-    rows = np.setdiff1d(np.flatnonzero(selected.table.column("kept").to_numpy(zero_copy_only=False)), work["dropped"])
+    dropped = [row for row, (s, _, _) in shard_decisions(job, shard, work["index"]).items() if s >= 0]
+    rows = np.setdiff1d(np.flatnonzero(selected.table.column("kept").to_numpy(zero_copy_only=False)), dropped)
     chosen = signals.take(pa.array(rows, pa.int64()))
     lengths = (
         pc.utf8_length(chosen.column("text")).to_numpy().astype(np.int64) if step == "url" else np.zeros(len(rows))
     )
     shuffle = shuffle_rows(
         chosen.column("id").to_pylist(),
-        (np.int64(work["ordinal"]) << np.int64(32)) | rows.astype(np.int64),
+        (np.int64(work["shards"].index(shard.id)) << np.int64(32)) | rows.astype(np.int64),
         step_keys(chosen, step, job.dedup),
         chosen.column("date").cast(pa.int64()).fill_null(0).to_numpy(),
         lengths,
     )
     partition = partition_of(shuffle.column("key").to_numpy(), job.dedup.partitions)
-    for stale in folder.fs.glob(folder.path("dedup", step, "*", f"{shard.id}.parquet")):
-        folder.fs.rm(stale)
-    for p in np.unique(partition):
-        with folder.parquet_writer(f"dedup/{step}/{p}/{shard.id}.parquet", SHUFFLE) as writer:
-            writer.write(shuffle.filter(pa.array(partition == p)))
+    _write_partitioned(folder, f"dedup/{step}/shuffle", shard.id, shuffle, partition)
     report = {"id": shard.id, "key": key, "documents": len(rows), "rows": shuffle.num_rows}
     folder.write_json(done_path, report)
     return report
 
 
-def _shard_parts(folder: OutputFolder, directory: str, shard_ids: list[str], schema=None) -> list[pa.Table]:
-    """The `<directory>/<shard>.parquet` files of these shards that exist. Not a glob: a shard no longer in the
+def _write_partitioned(folder: OutputFolder, directory: str, name: str, table: pa.Table, partition: np.ndarray,
+                       folders: list[str] | None = None) -> None:  # fmt: skip
+    """`table`'s rows as `<directory>/<part>/<name>.parquet`, a file per partition that has rows (`part`: the
+    partition number, or `folders[partition]`); this writer's files from an earlier attempt go first."""
+    for stale in folder.fs.glob(folder.path(directory, "*", f"{name}.parquet")):
+        folder.fs.rm(stale)
+    for p in np.unique(partition):
+        part = folders[p] if folders is not None else str(p)
+        with folder.parquet_writer(f"{directory}/{part}/{name}.parquet", table.schema) as writer:
+            writer.write(table.filter(pa.array(partition == p)))
+
+
+def _parts(folder: OutputFolder, directory: str, names: list[str], schema: pa.Schema | None = None) -> list[pa.Table]:
+    """The `<directory>/<name>.parquet` files of these writers that exist. Not a glob: a writer no longer in the
     job may have left files there."""
     import pyarrow.parquet as pq
 
     tables = []
-    for shard_id in shard_ids:
-        name = folder.path(directory, f"{shard_id}.parquet")
-        if folder.fs.exists(name):
-            with folder.fs.open(name, "rb") as fh:
+    for name in names:
+        path = folder.path(directory, f"{name}.parquet")
+        if folder.fs.exists(path):
+            with folder.fs.open(path, "rb") as fh:
                 tables.append(pq.read_table(fh, schema=schema))
     return tables
 
 
-def dedup_partition(job: Job, work: dict) -> dict:
-    """One shuffle partition of a dedup step: its linked documents as a forest, `dedup/<step>/forest-<p>.parquet`."""
+def _table(folder: OutputFolder, directory: str, names: list[str], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables([schema.empty_table(), *_parts(folder, directory, names, schema)])
 
-    folder = OutputFolder(job.output)
-    step, p, key = work["step"], work["partition"], work["key"]
-    done_path = f"dedup/{step}/_forest-{p}.json"
+
+def _done_or_run(folder: OutputFolder, done_path: str, key: str, run: Callable[[], dict]) -> dict:
+    """A task's report from an earlier attempt with the same key, or `run()`'s, written after its outputs."""
     done = folder.report_with_key(done_path, key)
     if done is not None:
         return done
-    tables = _shard_parts(folder, f"dedup/{step}/{p}", work["shards"], SHUFFLE)
-    forest = partition_forest(pa.concat_tables(tables) if tables else SHUFFLE.empty_table(), step)
-    with folder.parquet_writer(f"dedup/{step}/forest-{p}.parquet", FOREST) as writer:
-        writer.write(forest)
-    report = {"id": f"{step}-{p}", "key": key, "linked": forest.num_rows}
+    report = {"key": key, **run()}
     folder.write_json(done_path, report)
     return report
+
+
+def _edges_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
+    return pa.table({"a": np.concatenate([a, b]), "b": np.concatenate([b, a])}, schema=EDGES)
+
+
+def dedup_partition(job: Job, work: dict) -> dict:
+    """One shuffle partition of a dedup step: its linked documents as a forest (union-find), whose links start the
+    star rounds, `dedup/<step>/cc/0/<q>/<p>.parquet` (both directions, by node), and whose documents go by node to
+    `dedup/<step>/nodes/<q>/<p>.parquet`."""
+    folder = OutputFolder(job.output)
+    step, p, partitions = work["step"], work["partition"], job.dedup.partitions
+
+    def run() -> dict:
+        rows = _table(folder, f"dedup/{step}/shuffle/{p}", work["shards"], SHUFFLE)
+        forest = partition_forest(rows, step)
+        edges = _edges_table(*forest_edges(forest))
+        _write_partitioned(
+            folder, f"dedup/{step}/cc/0", str(p), edges, partition_of(edges.column("a").to_numpy(), partitions)
+        )
+        nodes = forest.select(NODES.names)
+        _write_partitioned(
+            folder, f"dedup/{step}/nodes", str(p), nodes, partition_of(nodes.column("ref").to_numpy(), partitions)
+        )
+        return {"id": f"{step}-{p}", "linked": forest.num_rows}
+
+    return _done_or_run(folder, f"dedup/{step}/_forest-{p}.json", work["key"], run)
+
+
+def dedup_star(job: Job, work: dict) -> dict:
+    """One partition's part of star round `round` (large-star on even rounds, small-star on odd ones): reads
+    `cc/<round>/<q>/`, writes the edges it emits by node to `cc/<round + 1>/`; reports the count and checksum of
+    the edges it read, which the driver compares between rounds."""
+    folder = OutputFolder(job.output)
+    step, q, r, partitions = work["step"], work["partition"], work["round"], job.dedup.partitions
+    names = [str(p) for p in range(partitions)]
+
+    def run() -> dict:
+        edges = _table(folder, f"dedup/{step}/cc/{r}/{q}", names, EDGES)
+        a, b = unique_edges(edges.column("a").to_numpy(), edges.column("b").to_numpy())
+        count, checksum = edge_checksum(a, b)
+        x, y = star_step(a, b, large=r % 2 == 0)
+        emitted = _edges_table(x, y)
+        _write_partitioned(
+            folder,
+            f"dedup/{step}/cc/{r + 1}",
+            str(q),
+            emitted,
+            partition_of(emitted.column("a").to_numpy(), partitions),
+        )
+        return {"id": f"{step}-star{r}-{q}", "edges": count, "checksum": checksum}
+
+    return _done_or_run(folder, f"dedup/{step}/cc/_{r}-{q}.json", work["key"], run)
+
+
+def dedup_label(job: Job, work: dict) -> dict:
+    """After the last round: each document of partition `q` with its component's label (its smallest document),
+    to `dedup/<step>/labels/<partition of the label>/<q>.parquet`."""
+    folder = OutputFolder(job.output)
+    step, q, partitions = work["step"], work["partition"], job.dedup.partitions
+    names = [str(p) for p in range(partitions)]
+
+    def run() -> dict:
+        edges = _table(folder, f"dedup/{step}/cc/{work['round']}/{q}", names, EDGES)
+        nodes, labels = star_labels(*unique_edges(edges.column("a").to_numpy(), edges.column("b").to_numpy()))
+        attributes = _table(folder, f"dedup/{step}/nodes/{q}", names, NODES)
+        refs, first = np.unique(attributes.column("ref").to_numpy(), return_index=True)
+        labelled = attributes.take(pa.array(first[np.searchsorted(refs, nodes)], pa.int64()))
+        labelled = labelled.append_column(LABELS.field("label"), pa.array(labels, pa.int64()))
+        _write_partitioned(folder, f"dedup/{step}/labels", str(q), labelled, partition_of(labels, partitions))
+        return {"id": f"{step}-label-{q}", "documents": len(nodes)}
+
+    return _done_or_run(folder, f"dedup/{step}/_label-{q}.json", work["key"], run)
+
+
+def dedup_roots(job: Job, work: dict) -> dict:
+    """The components labelled into partition `q`: the document each keeps and its size, by the shard of each
+    document to `dedup/<step>/components/<shard>/<q>.parquet`."""
+    folder = OutputFolder(job.output)
+    step, q = work["step"], work["partition"]
+
+    def run() -> dict:
+        labelled = _table(folder, f"dedup/{step}/labels/{q}", [str(p) for p in range(job.dedup.partitions)], LABELS)
+        components = best_roots(labelled, step)
+        ordinal = (components.column("ref").to_numpy() >> np.int64(32)).astype(np.int64)
+        _write_partitioned(folder, f"dedup/{step}/components", str(q), components, ordinal, work["shards"])
+        return {"id": f"{step}-roots-{q}", "components": int(len(np.unique(components.column("root").to_numpy())))}
+
+    return _done_or_run(folder, f"dedup/{step}/_roots-{q}.json", work["key"], run)
+
+
+def dedup_decide_shard(job: Job, shard: Shard, work: dict) -> dict:
+    """A shard's decisions of one step, `dedup/<step>/decisions/<shard>.parquet`: each of its documents in a
+    component (row, dropped or kept, the id of the document kept, the size). With `verify_threshold`, a MinHash
+    duplicate whose exact Jaccard with the kept document is below it stays (LSH false positives, and documents
+    joined only through a chain of others)."""
+    folder = OutputFolder(job.output)
+    step, shards = work["step"], work["shards"]
+
+    def run() -> dict:
+        names = [str(p) for p in range(job.dedup.partitions)]
+        components = _table(folder, f"dedup/{step}/components/{shard.id}", names, COMPONENTS)
+        refs, roots = components.column("ref").to_numpy(), components.column("root").to_numpy()
+        dropped = refs != roots
+        verify = job.dedup.minhash.verify_threshold
+        if step == "minhash" and verify is not None and dropped.any():
+            duplicates = np.flatnonzero(dropped)
+            similarity = _jaccard_with_roots(job, shard, refs[duplicates], roots[duplicates], shards)
+            dropped[duplicates[similarity < verify]] = False
+        decisions = pa.table(
+            {
+                "row": refs & np.int64(0xFFFFFFFF),
+                "dropped": dropped,
+                "cluster_id": components.column("root_id"),
+                "cluster_size": components.column("size"),
+            },
+            schema=DECISIONS,
+        )
+        with folder.parquet_writer(f"dedup/{step}/decisions/{shard.id}.parquet", DECISIONS) as writer:
+            writer.write(decisions)
+        return {"id": shard.id, "linked": decisions.num_rows, "dropped": int(dropped.sum())}
+
+    return _done_or_run(folder, f"dedup/{step}/decisions/_{shard.id}.json", work["key"], run)
 
 
 def _texts_at(folder: OutputFolder, shard_id: str, rows: np.ndarray) -> list[str]:
@@ -401,34 +538,33 @@ def _texts_at(folder: OutputFolder, shard_id: str, rows: np.ndarray) -> list[str
     return table.column("text").take(pa.array(np.searchsorted(within, rows))).to_pylist()
 
 
-def dedup_verify_shard(job: Job, shard: Shard, work: dict) -> dict:
-    """Exact Jaccard of each MinHash duplicate of this shard (`work["rows"]`) with the document kept instead
-    (`work["originals"]`: (shard id, row) each), from the stored texts."""
+def _jaccard_with_roots(job: Job, shard: Shard, refs: np.ndarray, roots: np.ndarray, shards: list[str]) -> np.ndarray:
+    """Exact Jaccard of the shingles of this shard's documents `refs` with those of the documents `roots`."""
     folder = documents_folder(job)
-    rows = np.asarray(work["rows"], np.int64)
-    originals = [None] * len(rows)
-    by_shard: dict[str, list[int]] = {}
-    for i, (shard_id, _) in enumerate(work["originals"]):
-        by_shard.setdefault(shard_id, []).append(i)
-    for shard_id, positions in by_shard.items():
-        wanted = np.array([work["originals"][i][1] for i in positions], np.int64)
-        for i, text in zip(positions, _texts_at(folder, shard_id, wanted), strict=True):
+    originals: list[str | None] = [None] * len(roots)
+    root_shards = roots >> np.int64(32)
+    for ordinal in np.unique(root_shards):
+        positions = np.flatnonzero(root_shards == ordinal)
+        texts = _texts_at(folder, shards[ordinal], roots[positions] & np.int64(0xFFFFFFFF))
+        for i, text in zip(positions, texts, strict=True):
             originals[i] = text
-    own = _texts_at(folder, shard.id, rows)
-    similarity = jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
-    return {"id": shard.id, "rows": rows, "jaccard": similarity}
+    own = _texts_at(folder, shard.id, refs & np.int64(0xFFFFFFFF))
+    return jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
 
 
-def dedup_components(job: Job, step: str) -> pa.Table:
-    """Every partition's forest of a step, merged: each linked document with its root and component size."""
+def shard_decisions(job: Job, shard: Shard, steps: int) -> dict[int, tuple[int, str, int]]:
+    """The first `steps` dedup steps' decisions for a shard's rows that took part in a component: row -> (the step
+    that dropped it or -1, the id of the document its last component keeps, that component's size)."""
     import pyarrow.parquet as pq
 
     folder = OutputFolder(job.output)
-    forests = []
-    for p in range(job.dedup.partitions):
-        with folder.fs.open(folder.path("dedup", step, f"forest-{p}.parquet"), "rb") as fh:
-            forests.append(pq.read_table(fh, schema=FOREST))
-    return merge_forests(forests, step)
+    decided: dict[int, tuple[int, str, int]] = {}
+    for index, step in enumerate(job.dedup.steps[:steps]):
+        with folder.fs.open(folder.path("dedup", step, "decisions", f"{shard.id}.parquet"), "rb") as fh:
+            table = pq.read_table(fh, schema=DECISIONS)
+        for row, dropped, cluster, size in zip(*(table.column(c).to_pylist() for c in DECISIONS.names), strict=True):
+            decided[row] = (index if dropped else -1, cluster, size)
+    return decided
 
 
 def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
@@ -601,7 +737,7 @@ def tokenize_bucket(job: Job, bucket: int, key: str, shard_ids: list[str]) -> di
     done = folder.report_with_key(report_path, key)
     if done is not None:
         return done
-    parts = _shard_parts(folder, f"tokens/buckets/{bucket:05d}", shard_ids)
+    parts = _parts(folder, f"tokens/buckets/{bucket:05d}", shard_ids)
     for stale in folder.fs.glob(folder.path("tokens", "shards", f"bucket-{bucket:05d}-*.parquet")):
         folder.fs.rm(stale)
     files = []
@@ -621,9 +757,9 @@ def tokenize_bucket(job: Job, bucket: int, key: str, shard_ids: list[str]) -> di
     return report
 
 
-def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | None = None) -> dict:
-    """Apply thresholds (quantiles already resolved) to a shard's stored signals, then dedup's decisions for the
-    documents they keep (`duplicates`, see `apply_duplicates`); write `selection/<id>.parquet`.
+def select_shard(job: Job, shard: Shard, thresholds: list) -> dict:
+    """Apply thresholds (quantiles already resolved) to a shard's stored signals, then the dedup steps' decisions
+    (their files) for the documents they keep; write `selection/<id>.parquet`.
 
     Returns the select (and dedup) stage's counts and, per threshold, how many documents fail it.
     """
@@ -631,8 +767,15 @@ def select_shard(job: Job, shard: Shard, thresholds: list, duplicates: dict | No
     _, selected, failing = _rule_selection(job, shard, thresholds)
     result = {"id": shard.id, "select": selected.counts.to_dict(), "failing": failing}
     table = selected.table
-    if duplicates is not None:
-        deduped = apply_duplicates(table, job.dedup.steps, duplicates)
+    if job.dedup.steps:
+        decided = shard_decisions(job, shard, len(job.dedup.steps))
+        decisions = {
+            "rows": np.array(list(decided), np.int64),
+            "step": np.array([step for step, _, _ in decided.values()], np.int8),
+            "cluster_id": [cluster for _, cluster, _ in decided.values()],
+            "cluster_size": np.array([size for _, _, size in decided.values()], np.int32),
+        }
+        deduped = apply_duplicates(table, job.dedup.steps, decisions)
         table = deduped.table
         result["dedup"] = deduped.counts.to_dict()
     with folder.parquet_writer(shard.selection_path, SELECTION) as writer:

@@ -236,8 +236,15 @@ def test_a_variant_may_only_select_over_the_stored_signals(micro, tmp_path):
 def test_training_runs_as_ray_tasks_give_the_same_results(micro, tmp_path):
     folder, ablation, _, _, _ = micro
     inline = pq.read_table(folder / "ablation" / "results.parquet")
+    import ray
+
     on_ray = load_ablation(folder / "micro.toml", output=str(tmp_path / "on-ray"))
-    run_ablation(on_ray, use_ray=True, log=lambda line: None)
+    started_here = not ray.is_initialized()
+    try:
+        run_ablation(on_ray, use_ray=True, log=lambda line: None)
+    finally:
+        if started_here:
+            ray.shutdown()  # other tests start their own clusters
     results = pq.read_table(tmp_path / "on-ray" / "results.parquet")
     for run in ("all-seed0", "filtered-seed1"):
         assert _losses(results, run) == _losses(inline, run)

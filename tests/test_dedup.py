@@ -17,11 +17,12 @@ from corpus.job import load_job
 from corpus.sample import SAMPLE_PATH
 from corpus.text import DocumentBatch
 from stages.dedup import (
+    FOREST,
     band_hashes,
+    components_in_memory,
     connected_components,
     jaccard,
     key_edges,
-    merge_forests,
     minhash_signatures,
     normalise_url,
     partition_forest,
@@ -79,11 +80,12 @@ def test_url_step_keeps_the_latest_crawl_then_the_longest_text_across_partitions
         partition_forest(rows.filter(pa.array(partition_of(rows.column("key").to_numpy(), 3) == p)), "url")
         for p in range(3)
     ]
-    merged = merge_forests(forests, "url").sort_by("ref").to_pylist()
-    assert [(row["id"], row["root"], row["size"]) for row in merged] == [
-        ("old", 2, 3),
-        ("new-short", 2, 3),
-        ("new-long", 2, 3),
+    merged = components_in_memory(forests, "url", 3).sort_by("ref").to_pylist()
+    # refs 0, 1, 2 = old, new-short, new-long: all keep new-long (latest crawl, then longest text)
+    assert [(row["ref"], row["root"], row["root_id"], row["size"]) for row in merged] == [
+        (0, 2, "new-long", 3),
+        (1, 2, "new-long", 3),
+        (2, 2, "new-long", 3),
     ]
 
 
@@ -94,8 +96,32 @@ def test_components_merge_across_partitions_and_bands():
     for partitions in (1, 2, 5):
         part = partition_of(rows.column("key").to_numpy(), partitions)
         forests = [partition_forest(rows.filter(pa.array(part == p)), "minhash") for p in range(partitions)]
-        merged = merge_forests(forests, "minhash").sort_by("ref").to_pylist()
-        assert [(row["id"], row["root"], row["size"]) for row in merged] == [("b", 3, 3), ("a", 3, 3), ("c", 3, 3)]
+        merged = components_in_memory(forests, "minhash", partitions).sort_by("ref").to_pylist()
+        assert [(row["ref"], row["root_id"], row["size"]) for row in merged] == [(3, "b", 3), (7, "b", 3), (9, "b", 3)]
+
+
+def test_star_rounds_over_partitions_find_the_components_union_find_finds():
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n, m = int(rng.integers(2, 300)), int(rng.integers(0, 400))
+        sources, targets = rng.integers(0, n, m), rng.integers(0, n, m)
+        refs = np.arange(n, dtype=np.int64) * 7 + 3  # refs are sparse: the rounds must not assume 0..n-1
+        forest = pa.table(
+            {
+                "ref": np.concatenate([refs[sources], refs[targets]]),
+                "id": [str(r) for r in np.concatenate([refs[sources], refs[targets]])],
+                "date": np.zeros(2 * m, np.int64),
+                "length": np.zeros(2 * m, np.int64),
+                "root": np.concatenate([refs[targets], refs[targets]]),
+            },
+            schema=FOREST,
+        )
+        components = components_in_memory([forest], "minhash", int(rng.integers(1, 6))).to_pylist()
+        roots = connected_components(n, sources, targets)
+        linked = np.unique(np.concatenate([sources[sources != targets], targets[sources != targets]]))
+        sizes = np.bincount(roots[linked], minlength=n)
+        expected = {int(refs[i]): (int(refs[roots[i]]), int(sizes[roots[i]])) for i in linked}
+        assert {row["ref"]: (row["root"], row["size"]) for row in components} == expected, trial
 
 
 def _load_real_documents():
@@ -251,16 +277,17 @@ def test_dedup_resumes_per_file_after_a_partial_run(tmp_path):
     first = run_job(job, use_ray=False)
     out = tmp_path / "out"
     decisions = pq.read_table(out / "selection").to_pylist()
-    forests = sorted((out / "dedup" / "minhash").glob("forest-*.parquet"))
-    assert len(forests) == 4
-    lost = forests[1]  # as if the run was killed before this partition finished
-    lost.unlink()
-    (lost.parent / f"_{lost.stem}.json").unlink()
+    # As if the run was killed while partition 2 of star round 1 was writing: its outputs and marker are gone.
+    lost = sorted((out / "dedup" / "minhash" / "cc" / "2").glob("*/2.parquet"))
+    assert lost and (out / "dedup" / "minhash" / "cc" / "_1-2.json").exists()
+    for path in lost:
+        path.unlink()
+    (out / "dedup" / "minhash" / "cc" / "_1-2.json").unlink()
     stamps = {p: p.stat().st_mtime_ns for p in (out / "dedup").rglob("*.parquet") if p.exists()}
     second = run_job(job, use_ray=False)
     assert second["totals"] == first["totals"]
     assert pq.read_table(out / "selection").to_pylist() == decisions
-    assert lost.exists()
+    assert all(path.exists() for path in lost)
     assert all(p.stat().st_mtime_ns == stamp for p, stamp in stamps.items())  # nothing else was rewritten
 
 
@@ -272,7 +299,7 @@ def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
     assert not stats["failed_shards"] and stats["totals"]["kept"] == 0 and stats["totals"]["unaccounted"] == 0
     assert stats["stages"]["dedup"]["received"] == 0
     empty = shuffle_rows([], np.empty(0, np.int64), np.empty((0, 14), np.uint64), [], [])
-    assert merge_forests([partition_forest(empty, "minhash")], "minhash").num_rows == 0
+    assert components_in_memory([partition_forest(empty, "minhash")], "minhash", 3).num_rows == 0
 
 
 def test_a_shard_dropped_from_the_job_leaves_no_trace_in_dedup(tmp_path):
