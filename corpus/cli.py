@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from corpus.classifier import TrainOptions
@@ -273,6 +274,77 @@ def _ablate_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from corpus.report import load_run, report_data, signal_histograms, write_html
+
+    try:
+        view = load_run(args.run, args.select)
+    except JobError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    data = report_data(view, sample=args.sample, seed=args.seed)
+    out = (
+        Path(args.out) if args.out else Path(args.run) / ("report-hypothetical.html" if args.select else "report.html")
+    )
+    write_html(data, signal_histograms(view), out)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
+    for column in ("step", "documents", "words"):
+        funnel.add_column(column, justify="left" if column == "step" else "right")
+    for row in data["funnel"]:
+        funnel.add_row(row["step"], f"{row['documents']:,}", "" if row["words"] is None else f"{row['words']:,}")
+    console.print(funnel)
+    rules = Table(title="rules: documents (words) dropped")
+    for column in ("rule", "alone", "exclusively", "first"):
+        rules.add_column(column, justify="left" if column == "rule" else "right")
+    for row in data["rules"]:
+        rules.add_row(
+            row["rule"],
+            f"{row['documents']:,} ({row['words']:,})",
+            f"{row['exclusive_documents']:,} ({row['exclusive_words']:,})",
+            f"{row['dropped_first']:,}",
+        )
+    console.print(rules)
+    console.print(f"wrote {out}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from corpus.report import load_run, report_data
+
+    try:
+        view = load_run(args.run, args.select)
+    except JobError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    data = report_data(view, sample=args.sample, seed=args.seed)
+    if args.kept:
+        groups = {reason: docs for reason, docs in data["near_threshold"].items() if reason.split(".")[0] == args.rule}
+    else:
+        groups = {args.rule: data["samples"].get(args.rule)} if args.rule in data["samples"] else {}
+    if not groups:
+        known = ", ".join(data["samples"])
+        print(f"corpus: no rule {args.rule!r} in this run's selection (rules: {known})", file=sys.stderr)
+        return 2
+    console = Console(soft_wrap=True, highlight=False)
+    for title, documents in groups.items():
+        console.print(f"[bold]{title}[/] ({'kept, nearest the threshold' if args.kept else 'dropped, a sample'})")
+        for doc in documents:
+            console.print(f"[bold]{doc['url'] or doc['id']}[/]")
+            for name, value in doc["signals"].items():
+                console.print(f"   {name} = {value:.4g}" if isinstance(value, float) else f"   {name} = {value}")
+            if doc["duplicate_of"]:
+                console.print(f"   duplicate of {doc['duplicate_of']}")
+            if doc["span_label"]:
+                where = " (in the URL)" if doc["span_in_url"] else ""
+                console.print(f"   {doc['span_label']}{where}:")
+            excerpt = f"{doc['before']}[reverse]{escape(doc['match'])}[/]{escape(doc['after'])}"
+            console.print(
+                "   " + escape(doc["before"]).replace("\n", " ") + excerpt[len(doc["before"]) :].replace("\n", " ")
+            )
+    return 0
+
+
 def _print_metrics(title: str, result: dict) -> None:
     table = Table(title=title)
     for name in result:
@@ -316,6 +388,22 @@ def main(argv: list[str] | None = None) -> int:
     eval_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
     eval_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
     eval_classifier.set_defaults(handler=_classifier_eval)
+
+    report = commands.add_parser("report", help="an HTML report of what each rule of a run dropped, and a summary")
+    report.add_argument("run", help="a run's output folder")
+    report.add_argument("--out", help="the HTML file (default: RUN/report.html)")
+    report.add_argument("--sample", type=int, default=5, help="documents shown per rule (%(default)s)")
+    report.add_argument("--seed", type=int, default=0, help="seed of the samples (%(default)s)")
+    report.add_argument("--select", help="a TOML file with a [select] table: report that selection instead")
+    report.set_defaults(handler=_report)
+    inspect = commands.add_parser("inspect", help="a rule's dropped documents (or kept ones near its threshold)")
+    inspect.add_argument("run", help="a run's output folder")
+    inspect.add_argument("--rule", required=True, help="a rule name, or a dedup reason such as exact_duplicate")
+    inspect.add_argument("--sample", type=int, default=5)
+    inspect.add_argument("--seed", type=int, default=0)
+    inspect.add_argument("--kept", action="store_true", help="kept documents nearest the rule's thresholds")
+    inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
+    inspect.set_defaults(handler=_inspect)
 
     ablate = commands.add_parser("ablate", help="train a small model per variant of the rules, and compare")
     ablate_commands = ablate.add_subparsers(dest="ablate_command", required=True)

@@ -1,0 +1,353 @@
+"""Run reports: what each rule threw away, read from a run's stored signals and selection, no pipeline re-run.
+
+`load_run(run_dir)` gathers, per document, its URL, domain, word count, every signal the job's thresholds read,
+and its selection (kept, first failure, every failure, the duplicate it matched). With `select_file` (a TOML file
+with a `[select]` table, as in a job), the thresholds are that file's instead and are applied to the stored
+signals: "what would this threshold delete?" (dedup is not re-run for a hypothetical selection).
+
+`report_data` computes the funnel, per-rule drops (alone and exclusively, documents and words), the overlap
+between rules, samples of dropped documents with their offending span and of kept ones nearest each threshold,
+and the top domains by documents dropped; `write_html` renders it as one self-contained file (figures embedded).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from corpus.job import Job, JobError, load_job, resolve_rules
+from stages.dedup import STEP_REASONS
+from stages.select import EXCLUDED, select_documents
+
+EXCERPT_CHARS = 240
+
+
+@dataclass
+class RunView:
+    job: Job
+    stats: dict
+    documents: pa.Table  # id, url, domain, text, words, every threshold's column, kept, first_failure, failures
+    thresholds: list  # stages.select.Threshold, resolved
+    hypothetical: bool
+
+
+def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
+    """A complete run's documents with their signals and selection (or `select_file`'s)."""
+    from corpus.executor import resolve_quantiles
+    from corpus.pipeline import plan_shards, stored_signals
+
+    run = Path(run_dir)
+    stats_path = run / "stats.json"
+    if not stats_path.is_file():
+        raise JobError(f"{run} has no stats.json: not a finished run (run `corpus run JOB` first)")
+    stats = json.loads(stats_path.read_text())
+    job_file = Path(stats["job_file"])
+    if not job_file.is_file():
+        raise JobError(f"{run}: the job file it was made with, {job_file}, is gone; the report needs its rules")
+    job = load_job(job_file, output=str(run))
+    if select_file is not None:
+        select_path = Path(select_file)
+        try:
+            select = tomllib.loads(select_path.read_text()).get("select", {})
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise JobError(f"{select_path}: cannot read a [select] table: {exc}") from None
+        try:  # the job's own paths stay relative to the job file; a mistake in [select] names the select file
+            _, thresholds = resolve_rules(job.model_copy(update={"select": select}), job_file)
+        except JobError as exc:
+            raise JobError(str(exc).replace(str(job_file), str(select_path))) from None
+        job = job.model_copy(update={"thresholds": thresholds})
+    shards = plan_shards(job)
+    thresholds = resolve_quantiles(job, shards)
+    columns = list(dict.fromkeys(threshold.column for threshold in thresholds))
+    parts = []
+    for shard in shards:
+        signals = stored_signals(job, shard, columns)
+        documents = pq.read_table(run / shard.documents_path, columns=["url", "domain", "text"])
+        if select_file is None:
+            selection = pq.read_table(run / shard.selection_path).select(
+                ["kept", "first_failure", "failures", "duplicate_of"]
+            )
+        else:
+            selection = select_documents(signals, thresholds)[0].table.select(
+                ["kept", "first_failure", "failures", "duplicate_of"]
+            )
+        words = pc.list_value_length(pc.utf8_split_whitespace(documents.column("text")))
+        table = signals
+        for name in ("url", "domain", "text"):
+            table = table.append_column(name, documents.column(name))
+        table = table.append_column("words", words.cast(pa.int64()))
+        for name in selection.column_names:
+            table = table.append_column(name, selection.column(name))
+        parts.append(table)
+    if not parts:
+        raise JobError(f"{run} holds no shard of its job")
+    return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None)
+
+
+def _rule_of(reason: str) -> str:
+    return reason.split(".", 1)[0]
+
+
+def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
+    """Everything the report shows, as plain data (the HTML and the terminal render it)."""
+    from corpus.pipeline import job_rules
+
+    docs = view.documents
+    words = docs.column("words").to_numpy()
+    kept = docs.column("kept").to_numpy(zero_copy_only=False)
+    first = docs.column("first_failure").to_pylist()
+    failures = [set(f or []) for f in docs.column("failures").to_pylist()]
+    failed_rules = [{_rule_of(reason) for reason in f} for f in failures]
+    reasons = [t.reason for t in view.thresholds]
+    stages = view.stats["stages"]
+
+    funnel = [{"step": "WARC records", "documents": view.stats["totals"]["records"], "words": None}]
+    funnel.append({"step": "HTML responses", "documents": stages["read"]["kept"], "words": None})
+    remaining = np.ones(len(docs), bool)
+    funnel.append({"step": "extracted", "documents": len(docs), "words": int(words.sum())})
+    order = list(dict.fromkeys(_rule_of(r) for r in reasons))
+    order += [EXCLUDED] * (EXCLUDED in first) + [STEP_REASONS[step] for step in view.job.dedup.steps]
+    for rule in order:
+        remaining &= ~np.array([f is not None and _rule_of(f) == rule for f in first])
+        funnel.append({"step": rule, "documents": int(remaining.sum()), "words": int(words[remaining].sum())})
+    funnel.append({"step": "kept", "documents": int(kept.sum()), "words": int(words[kept].sum())})
+
+    rules = []
+    rule_names = list(dict.fromkeys(_rule_of(r) for r in reasons))
+    for rule in rule_names:
+        alone = np.array([rule in f for f in failed_rules])
+        exclusive = np.array([f == {rule} for f in failed_rules])
+        rules.append(
+            {
+                "rule": rule,
+                "documents": int(alone.sum()),
+                "words": int(words[alone].sum()),
+                "exclusive_documents": int(exclusive.sum()),
+                "exclusive_words": int(words[exclusive].sum()),
+                "dropped_first": sum(1 for f in first if f and _rule_of(f) == rule),
+            }
+        )
+    failing = {reason: sum(1 for f in failures if reason in f) for reason in reasons}
+    overlap = [[sum(1 for f in failed_rules if a in f and b in f) for b in rule_names] for a in rule_names]
+    dedup = Counter(f for f in first if f and f.endswith("_duplicate"))
+
+    rng = np.random.default_rng(seed)
+    rule_objects = {rule.name: rule for rule in job_rules(view.job)}
+    samples = {}
+    for rule in [*rule_names, *dedup]:
+        rows = (
+            np.flatnonzero([rule in f for f in failed_rules])
+            if rule in rule_names
+            else np.flatnonzero([f == rule for f in first])
+        )
+        chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
+        samples[rule] = [_document(view, row, rule_objects.get(rule)) for row in chosen]
+    near = {}
+    for threshold in view.thresholds:
+        values = docs.column(threshold.column)
+        if pa.types.is_boolean(values.type) or threshold.value is None:
+            continue
+        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        candidates = np.flatnonzero(kept & ~np.isnan(numbers))
+        distance = np.abs(numbers[candidates] - float(threshold.value))
+        chosen = candidates[np.argsort(distance, kind="stable")[:sample]]
+        near[threshold.reason] = [_document(view, row, rule_objects.get(threshold.rule)) for row in chosen.tolist()]
+
+    domains = Counter()
+    totals = Counter()
+    for domain, is_kept in zip(docs.column("domain").to_pylist(), kept, strict=True):
+        totals[domain] += 1
+        if not is_kept:
+            domains[domain] += 1
+    top_domains = [
+        {"domain": domain, "dropped": n, "documents": totals[domain]} for domain, n in domains.most_common(20)
+    ]
+    return {
+        "job": view.job.name,
+        "run": view.job.output,
+        "hypothetical": view.hypothetical,
+        "funnel": funnel,
+        "rules": rules,
+        "failing": failing,
+        "thresholds": {t.reason: t.value for t in view.thresholds},
+        "overlap": {"rules": rule_names, "matrix": overlap},
+        "dedup": dict(dedup),
+        "samples": samples,
+        "near_threshold": near,
+        "domains": top_domains,
+    }
+
+
+def _document(view: RunView, row: int, rule) -> dict:
+    docs = view.documents
+    text, url = docs.column("text")[row].as_py(), docs.column("url")[row].as_py()
+    values = {
+        t.column: docs.column(t.column)[row].as_py()
+        for t in view.thresholds
+        if rule is not None and t.rule == rule.name
+    }
+    span = rule.offending_span(text, url) if rule is not None else None
+    source = (url or "") if span is not None and span.in_url else text
+    start, end = (span.start, span.end) if span is not None else (0, 0)
+    begin = max(0, start - EXCERPT_CHARS // 2)
+    return {
+        "id": docs.column("id")[row].as_py(),
+        "url": url,
+        "signals": values,
+        "failures": docs.column("failures")[row].as_py() or [],
+        "duplicate_of": docs.column("duplicate_of")[row].as_py(),
+        "span_label": span.label if span is not None else None,
+        "span_in_url": bool(span is not None and span.in_url),
+        "before": source[begin:start] if span is not None else "",
+        "match": source[start:end] if span is not None else "",
+        "after": source[end : end + EXCERPT_CHARS // 2] if span is not None else text[:EXCERPT_CHARS],
+    }
+
+
+def _figure_png(draw) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(4.2, 2.3), dpi=80)
+    draw(axis)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def signal_histograms(view: RunView) -> dict[str, str]:
+    """A histogram (PNG, base64) per threshold over every document, the threshold drawn on it."""
+    figures = {}
+    for threshold in view.thresholds:
+        values = view.documents.column(threshold.column)
+        if pa.types.is_boolean(values.type):
+            counts = [pc.sum(pc.invert(values)).as_py() or 0, pc.sum(values).as_py() or 0]
+
+            def draw(axis, counts=counts, threshold=threshold):
+                axis.bar(["false", "true"], counts, color="#4c78a8")
+                axis.set_title(threshold.reason, fontsize=8)
+
+        else:
+            numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            numbers = numbers[~np.isnan(numbers)]
+
+            def draw(axis, numbers=numbers, threshold=threshold):
+                axis.hist(numbers, bins=40, color="#4c78a8")
+                if threshold.value is not None:
+                    axis.axvline(float(threshold.value), color="#e45756", linewidth=1.5)
+                axis.set_title(f"{threshold.reason} = {threshold.value:.4g}", fontsize=8)
+
+        figures[threshold.reason] = _figure_png(draw)
+    return figures
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(f'{c:,}' if isinstance(c, int) else str(c))}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _documents_html(documents: list[dict]) -> str:
+    items = []
+    for doc in documents:
+        signals = ", ".join(
+            f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in doc["signals"].items()
+        )
+        label = f" <span class=label>{html.escape(doc['span_label'])}</span>" if doc["span_label"] else ""
+        where = " (in the URL)" if doc["span_in_url"] else ""
+        duplicate = f"<div>duplicate of {html.escape(doc['duplicate_of'])}</div>" if doc["duplicate_of"] else ""
+        excerpt = f"{html.escape(doc['before'])}<mark>{html.escape(doc['match'])}</mark>{html.escape(doc['after'])}"
+        items.append(
+            f"<li><div class=url>{html.escape(doc['url'] or doc['id'])}</div><div class=signals>{html.escape(signals)}"
+            f"{label}{where}</div>{duplicate}<pre>{excerpt}</pre></li>"
+        )
+    return f"<ul class=docs>{''.join(items)}</ul>" if items else "<p>none</p>"
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px;overflow-wrap:anywhere}
+.figures{display:flex;flex-wrap:wrap}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td:first-child{text-align:left}.figures img{margin:4px;border:1px solid #eee}
+ul.docs{list-style:none;padding:0}ul.docs li{border-left:3px solid #e45756;margin:0.6em 0;padding-left:0.6em}
+.url{font-weight:600}.signals{color:#555;font-size:90%}.label{background:#fde2e1;padding:0 4px}
+pre{white-space:pre-wrap;background:#fafafa;padding:0.4em;font-size:85%}mark{background:#ffd54f}"""
+
+# Marks <body> with how many images loaded and how many failed: a headless browser test reads them.
+IMAGE_CHECK = """window.addEventListener("load", function () {
+  var images = Array.from(document.images);
+  document.body.dataset.images = images.length;
+  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  document.body.dataset.brokenImages = broken.length;
+});"""
+
+
+def write_html(data: dict, figures: dict[str, str], path: str | Path) -> None:
+    """The report as one HTML file, its figures embedded as data URIs."""
+    title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
+    parts = [
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
+        f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
+        "<h2>Funnel</h2>",
+        _table(
+            ["step", "documents", "words"],
+            [[row["step"], row["documents"], "" if row["words"] is None else row["words"]] for row in data["funnel"]],
+        ),
+        "<h2>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail; exclusively:"
+        " failing no other rule; first: dropped by it first, in the job's order.</p>",
+        _table(
+            ["rule", "documents", "words", "exclusively", "words (exclusively)", "first"],
+            [
+                [
+                    r["rule"],
+                    r["documents"],
+                    r["words"],
+                    r["exclusive_documents"],
+                    r["exclusive_words"],
+                    r["dropped_first"],
+                ]
+                for r in data["rules"]
+            ],
+        ),
+        "<h2>Overlap between rules</h2><p>documents failing both.</p>",
+        _table(
+            ["", *data["overlap"]["rules"]],
+            [[rule, *row] for rule, row in zip(data["overlap"]["rules"], data["overlap"]["matrix"], strict=True)],
+        ),
+    ]
+    if data["dedup"]:
+        parts.append("<h2>Dedup</h2>" + _table(["step", "documents"], [[k, v] for k, v in data["dedup"].items()]))
+    parts.append("<h2>Signals</h2><p>every document; the red line is the threshold.</p><div class=figures>")
+    parts += [f'<img alt="{html.escape(reason)}" src="data:image/png;base64,{png}">' for reason, png in figures.items()]
+    parts.append("</div><h2>Dropped documents, a sample per rule</h2>")
+    for rule, documents in data["samples"].items():
+        parts.append(f"<h3 id='{html.escape(rule)}'>{html.escape(rule)}</h3>{_documents_html(documents)}")
+    parts.append("<h2>Kept documents nearest each threshold</h2>")
+    for reason, documents in data["near_threshold"].items():
+        parts.append(f"<h3>{html.escape(reason)} = {data['thresholds'][reason]}</h3>{_documents_html(documents)}")
+    parts.append("<h2>Domains by documents dropped</h2>")
+    parts.append(
+        _table(
+            ["domain", "dropped", "documents"], [[d["domain"], d["dropped"], d["documents"]] for d in data["domains"]]
+        )
+    )
+    parts.append("</body></html>")
+    Path(path).write_text("".join(parts), encoding="utf-8")

@@ -1,0 +1,136 @@
+"""Run reports: the numbers equal stats.json, samples show what each rule dropped, the HTML renders in Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO
+
+from corpus.cli import main
+from corpus.executor import run_job
+from corpus.job import load_job
+from corpus.report import load_run, report_data, signal_histograms, write_html
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    """The sample job (every rule, three dedup steps) run into a temporary folder: (run folder, stats)."""
+    out = tmp_path_factory.mktemp("report") / "run"
+    stats = run_job(load_job(REPO / "jobs" / "sample.toml", output=str(out)), use_ray=False)
+    return out, stats
+
+
+def _browser() -> str:
+    found = next(
+        (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None
+    )
+    if found is None:
+        reason = "no Chromium on this machine (Debian: apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CORPUS_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason + "; CORPUS_REQUIRE_BROWSER=1 makes this a failure")
+        pytest.skip(reason)
+    return found
+
+
+def test_the_report_numbers_equal_the_runs_stats(sample_run):
+    out, stats = sample_run
+    data = report_data(load_run(out))
+    funnel = {row["step"]: row["documents"] for row in data["funnel"]}
+    assert funnel["WARC records"] == stats["totals"]["records"] == 880
+    assert funnel["HTML responses"] == stats["stages"]["read"]["kept"]
+    assert funnel["extracted"] == stats["stages"]["annotate"]["kept"]
+    assert funnel["kept"] == stats["totals"]["kept"] == 148
+    steps = [row["step"] for row in data["funnel"]]
+    dropped = {**stats["stages"]["select"]["dropped"], **stats["stages"]["dedup"]["dropped"]}
+    for before, after in zip(steps[2:-2], steps[3:-1], strict=True):  # each rule, then each dedup step
+        removed = sum(n for reason, n in dropped.items() if reason.split(".")[0] == after)
+        assert funnel[before] - funnel[after] == removed, after
+    for reason, entry in stats["rules"].items():
+        assert data["failing"][reason] == entry["failing"], reason
+    for row in data["rules"]:
+        first = sum(e["dropped_first"] for reason, e in stats["rules"].items() if reason.split(".")[0] == row["rule"])
+        assert row["dropped_first"] == first and row["exclusive_documents"] <= row["documents"]
+    assert data["dedup"] == {k: v for k, v in stats["stages"]["dedup"]["dropped"].items()}
+    assert sum(d["dropped"] for d in data["domains"]) <= stats["totals"]["dropped"].get(
+        "language.allowed.min", 0
+    ) + sum(dropped.values())
+
+
+def test_samples_show_what_each_rule_dropped_with_its_span_and_kept_ones_near_the_threshold(sample_run):
+    out, _ = sample_run
+    data = report_data(load_run(out), sample=3, seed=1)
+    blocked = data["samples"]["url"]
+    assert len(blocked) == 3
+    for document in blocked:  # the sample's blocklist names these hosts: the span is the host in the URL
+        assert "url.blocked_domain.max" in document["failures"] and document["span_in_url"]
+        assert document["match"] and document["match"] in document["url"]
+    for document in data["samples"]["exact_duplicate"]:
+        assert document["duplicate_of"] and document["failures"] == ["exact_duplicate"]
+    selection = pq.read_table(out / "selection").to_pylist()
+    kept = {row["id"] for row in selection if row["kept"]}
+    assert all(doc["id"] in kept for docs in data["near_threshold"].values() for doc in docs)
+    words = data["near_threshold"]["gopher_quality.words.min"]
+    assert [doc["signals"]["gopher_quality.words"] for doc in words] == sorted(
+        doc["signals"]["gopher_quality.words"] for doc in words
+    )  # nearest the minimum of 50 words first
+    assert report_data(load_run(out), sample=3, seed=1)["samples"] == data["samples"]  # seeded
+
+
+def test_a_hypothetical_selection_reports_what_a_threshold_would_drop_without_touching_the_run(sample_run, tmp_path):
+    out, _ = sample_run
+    stamps = {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()}
+    select = tmp_path / "stricter.toml"
+    select.write_text("[select]\nrules = ['gopher_quality']\ngopher_quality.words.min = 200\n")
+    data = report_data(load_run(out, select))
+    signals = pq.read_table(out / "documents", columns=["gopher_quality.words"]).column(0).to_numpy()
+    assert data["failing"]["gopher_quality.words.min"] == int((signals < 200).sum())
+    steps = [row["step"] for row in data["funnel"]]
+    assert data["hypothetical"] and "gopher_quality" in steps and "language" not in steps  # only the file's rules
+    kept = data["funnel"][-1]["documents"]
+    assert 0 < kept <= int((signals >= 200).sum()) and data["funnel"][2]["documents"] == len(signals)
+    assert {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()} == stamps
+
+
+def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_errors(sample_run, tmp_path):
+    browser = _browser()
+    out, _ = sample_run
+    view = load_run(out)
+    page = tmp_path / "report.html"
+    write_html(report_data(view), signal_histograms(view), page)
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
+    result = subprocess.run([*command, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    body = result.stdout[result.stdout.index("<body") :].split(">", 1)[0]
+    assert f'data-images="{len(view.thresholds)}"' in body and 'data-broken-images="0"' in body
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
+    assert console == []
+    shot = tmp_path / "first-screen.png"
+    subprocess.run(
+        [*command, "--window-size=1280,800", f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120
+    )
+    from PIL import Image
+
+    image = np.asarray(Image.open(shot).convert("L"))
+    assert image.shape == (800, 1280)
+    assert (image[20:80, 20:500] < 100).mean() > 0.02  # the title, dark on white, at the top left
+    assert (image[150:700, 20:400] < 100).mean() > 0.01  # the funnel table below it
+    assert (image > 240).mean() > 0.5  # and a page, not a blank or an error screen
+
+
+def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
+    out, _ = sample_run
+    assert main(["report", str(out), "--out", str(tmp_path / "r.html"), "--sample", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "funnel" in printed and "gopher_quality" in printed and (tmp_path / "r.html").stat().st_size > 10_000
+    assert main(["inspect", str(out), "--rule", "url", "--sample", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "url.blocked_domain = " in printed and "(in the URL)" in printed
+    assert main(["inspect", str(out), "--rule", "gopher_quality", "--kept", "--sample", "1"]) == 0
+    assert "gopher_quality.words.min" in capsys.readouterr().out
+    assert main(["inspect", str(out), "--rule", "nope"]) == 2
+    assert json.loads((out / "stats.json").read_text())["totals"]["kept"] == 148
