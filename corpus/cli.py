@@ -289,10 +289,11 @@ def _report(args: argparse.Namespace) -> int:
     write_html(data, signal_histograms(view), out)
     console = Console(width=None if sys.stdout.isatty() else 120)
     funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
-    for column in ("step", "documents", "words"):
+    units = ["words", "tokens"] if data["funnel"][2]["tokens"] is not None else ["words"]
+    for column in ("step", "documents", *units):
         funnel.add_column(column, justify="left" if column == "step" else "right")
     for row in data["funnel"]:
-        funnel.add_row(row["step"], f"{row['documents']:,}", "" if row["words"] is None else f"{row['words']:,}")
+        funnel.add_row(row["step"], f"{row['documents']:,}", *("" if row[u] is None else f"{row[u]:,}" for u in units))
     console.print(funnel)
     rules = Table(title="rules: documents (words) dropped")
     for column in ("rule", "alone", "exclusively", "first"):
@@ -301,7 +302,7 @@ def _report(args: argparse.Namespace) -> int:
         rules.add_row(
             row["rule"],
             f"{row['documents']:,} ({row['words']:,})",
-            f"{row['exclusive_documents']:,} ({row['exclusive_words']:,})",
+            f"{row['exclusive_documents']:,} ({row['exclusive']['words']:,})",
             f"{row['dropped_first']:,}",
         )
     console.print(rules)

@@ -5,7 +5,8 @@ and its selection (kept, first failure, every failure, the duplicate it matched)
 with a `[select]` table, as in a job), the thresholds are that file's instead and are applied to the stored
 signals: "what would this threshold delete?" (dedup is not re-run for a hypothetical selection).
 
-`report_data` computes the funnel, per-rule drops (alone and exclusively, documents and words), the overlap
+`report_data` computes the funnel, per-rule drops (alone and exclusively: documents, words, and tokens by the
+run's tokenizer when it has one), the overlap
 between rules, samples of dropped documents with their offending span and of kept ones nearest each threshold,
 and the top domains by documents dropped; `write_html` renders it as one self-contained file (figures embedded).
 """
@@ -27,8 +28,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpus.job import Job, JobError, load_job, resolve_rules
+from corpus.outputs import load_once
 from stages.dedup import STEP_REASONS
 from stages.select import EXCLUDED, select_documents
+from stages.tokenize import TextTokenizer
 
 EXCERPT_CHARS = 240
 
@@ -87,6 +90,10 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         for name in ("url", "domain", "text"):
             table = table.append_column(name, documents.column(name))
         table = table.append_column("words", words.cast(pa.int64()))
+        if job.tokenize.tokenizer:  # tokens of the stored text by the run's tokenizer (dropped documents too)
+            tokenizer = load_once(TextTokenizer, job.tokenize.tokenizer, job.tokenize.separator)
+            counts = [len(tokens) for tokens in tokenizer.encode(documents.column("text").to_pylist())]
+            table = table.append_column("tokens", pa.array(counts, pa.int64()))
         for name in selection.column_names:
             table = table.append_column(name, selection.column(name))
         parts.append(table)
@@ -105,6 +112,11 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
 
     docs = view.documents
     words = docs.column("words").to_numpy()
+    tokens = docs.column("tokens").to_numpy() if "tokens" in docs.column_names else None
+
+    def amount(mask: np.ndarray) -> dict:
+        return {"words": int(words[mask].sum()), "tokens": int(tokens[mask].sum()) if tokens is not None else None}
+
     kept = docs.column("kept").to_numpy(zero_copy_only=False)
     first = docs.column("first_failure").to_pylist()
     failures = [set(f or []) for f in docs.column("failures").to_pylist()]
@@ -112,16 +124,16 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     reasons = [t.reason for t in view.thresholds]
     stages = view.stats["stages"]
 
-    funnel = [{"step": "WARC records", "documents": view.stats["totals"]["records"], "words": None}]
-    funnel.append({"step": "HTML responses", "documents": stages["read"]["kept"], "words": None})
+    funnel = [{"step": "WARC records", "documents": view.stats["totals"]["records"], "words": None, "tokens": None}]
+    funnel.append({"step": "HTML responses", "documents": stages["read"]["kept"], "words": None, "tokens": None})
     remaining = np.ones(len(docs), bool)
-    funnel.append({"step": "extracted", "documents": len(docs), "words": int(words.sum())})
+    funnel.append({"step": "extracted", "documents": len(docs), **amount(remaining)})
     order = list(dict.fromkeys(_rule_of(r) for r in reasons))
     order += [EXCLUDED] * (EXCLUDED in first) + [STEP_REASONS[step] for step in view.job.dedup.steps]
     for rule in order:
         remaining &= ~np.array([f is not None and _rule_of(f) == rule for f in first])
-        funnel.append({"step": rule, "documents": int(remaining.sum()), "words": int(words[remaining].sum())})
-    funnel.append({"step": "kept", "documents": int(kept.sum()), "words": int(words[kept].sum())})
+        funnel.append({"step": rule, "documents": int(remaining.sum()), **amount(remaining)})
+    funnel.append({"step": "kept", "documents": int(kept.sum()), **amount(kept)})
 
     rules = []
     rule_names = list(dict.fromkeys(_rule_of(r) for r in reasons))
@@ -132,9 +144,9 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
             {
                 "rule": rule,
                 "documents": int(alone.sum()),
-                "words": int(words[alone].sum()),
+                **amount(alone),
                 "exclusive_documents": int(exclusive.sum()),
-                "exclusive_words": int(words[exclusive].sum()),
+                "exclusive": amount(exclusive),
                 "dropped_first": sum(1 for f in first if f and _rule_of(f) == rule),
             }
         )
@@ -265,6 +277,10 @@ def _table(headers: list[str], rows: list[list]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _blank(value) -> int | str:
+    return "" if value is None else value
+
+
 def _documents_html(documents: list[dict]) -> str:
     items = []
     for doc in documents:
@@ -302,30 +318,32 @@ IMAGE_CHECK = """window.addEventListener("load", function () {
 def write_html(data: dict, figures: dict[str, str], path: str | Path) -> None:
     """The report as one HTML file, its figures embedded as data URIs."""
     title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
+    with_tokens = data["funnel"][2]["tokens"] is not None
+    units = ["words", "tokens"] if with_tokens else ["words"]
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
         "<h2>Funnel</h2>",
         _table(
-            ["step", "documents", "words"],
-            [[row["step"], row["documents"], "" if row["words"] is None else row["words"]] for row in data["funnel"]],
+            ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
+            [[row["step"], row["documents"], *(_blank(row[unit]) for unit in units)] for row in data["funnel"]],
         ),
         "<h2>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail; exclusively:"
         " failing no other rule; first: dropped by it first, in the job's order.</p>",
         _table(
-            ["rule", "documents", "words", "exclusively", "words (exclusively)", "first"],
+            ["rule", "documents", *units, "exclusively", *(f"{unit} (exclusively)" for unit in units), "first"],
             [
                 [
                     r["rule"],
                     r["documents"],
-                    r["words"],
+                    *(r[u] for u in units),
                     r["exclusive_documents"],
-                    r["exclusive_words"],
+                    *(r["exclusive"][u] for u in units),
                     r["dropped_first"],
                 ]
                 for r in data["rules"]
-            ],
+            ],  # fmt: skip
         ),
         "<h2>Overlap between rules</h2><p>documents failing both.</p>",
         _table(

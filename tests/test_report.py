@@ -134,3 +134,21 @@ def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
     assert "gopher_quality.words.min" in capsys.readouterr().out
     assert main(["inspect", str(out), "--rule", "nope"]) == 2
     assert json.loads((out / "stats.json").read_text())["totals"]["kept"] == 148
+
+
+def test_with_a_tokenizer_the_report_counts_tokens_and_the_kept_ones_are_the_token_shards(tmp_path):
+    from stages.tokenize import train_tokenizer
+
+    shutil.copy(REPO / "corpus" / "data" / "sample.warc.gz", tmp_path / "crawl.warc.gz")
+    texts = [f"sample text number {i} about gardens and bicycles" for i in range(200)]
+    train_tokenizer(texts, 300, str(tmp_path / "tokenizer.json"))
+    body = f'[annotate]\nrules = ["gopher_quality"]\n[tokenize]\ntokenizer = "{tmp_path / "tokenizer.json"}"\n'
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "t"\ninputs = ["{tmp_path / "crawl.warc.gz"}"]\noutput = "{tmp_path / "out"}"\n{body}')
+    run_job(load_job(job), use_ray=False)
+    data = report_data(load_run(tmp_path / "out"))
+    kept = next(row for row in data["funnel"] if row["step"] == "kept")
+    manifest = json.loads((tmp_path / "out" / "tokens" / "manifest.json").read_text())
+    assert kept["tokens"] + manifest["documents"] == manifest["tokens"]  # the shards add a separator per document
+    rule = next(row for row in data["rules"] if row["rule"] == "gopher_quality")
+    assert data["funnel"][2]["tokens"] - rule["tokens"] == kept["tokens"]
