@@ -55,11 +55,18 @@ def _codec_name(label: str | bytes | None) -> str | None:
 
 
 def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str]:
-    """Text of an HTML payload and the encoding used: HTTP header, then <meta>, then detection."""
+    """Text of an HTML payload and the encoding used: UTF-8 when the bytes are UTF-8 with something beyond ASCII
+    (no legacy multi-byte text passes as UTF-8 by accident, while a UTF-8 page mislabelled Shift_JIS would decode
+    as mojibake without an error), else the HTTP header, then <meta>, then detection."""
     from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
     if payload.startswith(codecs.BOM_UTF8):
         return payload[len(codecs.BOM_UTF8) :].decode("utf-8", "replace"), "utf-8"
+    if not payload.isascii():
+        try:
+            return payload.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass
     meta = _META_CHARSET.search(payload[:4096])
     for label in (http_charset, meta.group(1) if meta else None):
         codec = _codec_name(label)

@@ -101,11 +101,34 @@ def decode_body(body: bytes, transfer_encoding: str, content_encoding: str, limi
     if "chunked" in transfer_encoding.lower():
         body = _dechunk(body) or body
     coding = content_encoding.strip().lower()
-    if coding in ("gzip", "x-gzip") and body.startswith(_GZIP_MAGIC[:2]):
-        return _inflate(body, 16 + zlib.MAX_WBITS, limit)
-    if coding == "deflate" and body[:1] in (b"\x78", b"\x58", b"\x08"):
-        return _inflate(body, zlib.MAX_WBITS, limit)
-    return body
+    if not _carries_coding(body, coding):
+        return body
+    return _inflate(body, (16 if coding in ("gzip", "x-gzip") else 0) + zlib.MAX_WBITS, limit)
+
+
+def _carries_coding(body: bytes, coding: str) -> bool:
+    """Whether the bytes are in the content coding (gzip or deflate) their header names."""
+    if coding in ("gzip", "x-gzip"):
+        return body.startswith(_GZIP_MAGIC[:2])
+    return coding == "deflate" and body[:1] in (b"\x78", b"\x58", b"\x08")
+
+
+def payload_matches_digest(body: bytes, declared: str, transfer_encoding: str, content_encoding: str) -> bool:
+    """Whether a payload matches its `WARC-Payload-Digest` (SHA-1, base32 or hex; other algorithms pass). Writers
+    differ on chunked bodies, so the dechunked body may match instead; a body stored decoded under a
+    Content-Encoding header (ClueWeb09) no longer holds the bytes its digest was taken of, and passes."""
+    algorithm, _, value = declared.strip().partition(":")
+    if algorithm.lower() != "sha1" or not value:
+        return True
+    digest = hashlib.sha1(body).digest()
+    if value.upper() in (base64.b32encode(digest).decode(), digest.hex().upper()):
+        return True
+    if "chunked" in transfer_encoding.lower():
+        dechunked = _dechunk(body)
+        if dechunked is not None and payload_matches_digest(dechunked, declared, "", content_encoding):
+            return True
+    coding = content_encoding.strip().lower()
+    return coding in ("gzip", "x-gzip", "deflate") and not _carries_coding(body, coding)
 
 
 class _ResyncState:
@@ -252,6 +275,22 @@ def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterato
             )
             continue
         headers = record.http_headers
+        declared = record.headers.get("WARC-Payload-Digest")
+        if declared and not payload_matches_digest(
+            body,
+            declared,
+            (headers.get("Transfer-Encoding") or "") if headers else "",
+            (headers.get("Content-Encoding") or "") if headers else "",
+        ):
+            counts.fail(
+                "payload_digest_mismatch",
+                source,
+                offset,
+                f"the payload does not match {declared} (Content-Length {record.content_length}): a wrong length or "
+                "damaged bytes; with a length too long, the records after it were read into this one",
+                url,
+            )
+            continue
         try:
             payload = (
                 decode_body(

@@ -1,0 +1,55 @@
+"""Hostile input made from a real WARC (benchmarks/faults.py), each through a whole job beside an intact crawl."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import REPO, shared
+
+spec = importlib.util.spec_from_file_location("faults", REPO / "benchmarks" / "faults.py")
+faults = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(faults)
+
+# What each fault must come out as, in the hostile file's counts (read drops and errors; extract's by name).
+EXPECTED = {
+    "truncated gzip member": "truncated_record",
+    "member of random bytes": "warc_corrupt",
+    "garbage WARC header": "unknown_record",
+    "empty file": None,
+    "not a WARC": "not_warc",
+    "ARC file": "not_warc",
+    "decompression bomb": "decoded_too_large",
+    "record of 200 MB": "record_too_large",
+    "HTML nested 100,000 deep": "extract: empty_text",
+    "page the extractor hangs on": "extract: extract_timeout",
+    "binary labelled text/html": "extract: empty_text",
+    "wrong declared charset": None,
+    "missing Content-Length": "not_html",
+    "Content-Length too long": "payload_digest_mismatch",  # and the records it swallowed are named in its message
+    "Content-Length too short": "payload_digest_mismatch",
+}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    path = shared(faults.BASE)
+    clean = faults.run_case("clean", b"", path, tmp_path_factory.mktemp("clean"))
+    return path, clean["documents"]
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_a_fault_never_crashes_the_job_nor_loses_a_record_and_is_named(name, base, tmp_path):
+    path, clean = base
+    data = faults.cases(path.read_bytes())[name]()
+    result = faults.run_case(name, data, path, tmp_path)
+    assert result["crashed"] is None and result["failed_shards"] == {}
+    assert result["unaccounted"] == 0
+    assert result["documents"] == clean  # the intact crawl beside it is read exactly as alone
+    if EXPECTED[name] is not None:
+        assert EXPECTED[name] in result["outcome"], result["outcome"]
+    if name == "empty file":
+        assert result["hostile_records"] == 0
+    if name == "wrong declared charset":  # both pages decoded right despite their labels
+        texts = faults.hostile_texts(tmp_path / "wrong-declared-charset" / "out")
+        assert len(texts) == 2 and all(text.startswith("Grüße aus Köln, schöne Straße.") for text in texts)
