@@ -55,6 +55,13 @@ def _run(args: argparse.Namespace) -> int:
     except (JobError, OutputLocked) as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the output folder itself failed: a full disk, a lost mount
+        print(
+            f"corpus: cannot write the run's files ({exc.strerror or exc}: {exc.filename or job.output}); complete "
+            "shards are kept: make room and run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 1
     console.print(summary_table(stats))
     for source, error in stats["failed_shards"].items():
         console.print(f"[red]failed shard {source}: {error}")

@@ -61,12 +61,23 @@ class OutputFolder:
         final = self.path(relative)
         self.fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
         temporary = self._temporary(final)
-        with self.fs.open(temporary, "wb") as fh:
-            fh.write(data)
-            if self.is_local:
-                fh.flush()
-                os.fsync(fh.fileno())
-        self._publish(temporary, final)
+        try:
+            with self.fs.open(temporary, "wb") as fh:
+                fh.write(data)
+                if self.is_local:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            self._publish(temporary, final)
+        except BaseException:
+            self._discard(temporary)  # a full disk or a kill: no partial file left behind
+            raise
+
+    def _discard(self, temporary: str) -> None:
+        try:
+            if self.fs.exists(temporary):
+                self.fs.rm(temporary)
+        except OSError:
+            pass  # the next run's remove_temporaries takes it
 
     def write_json(self, relative: str, data: dict) -> None:
         self.write_bytes(relative, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
@@ -165,25 +176,31 @@ class ParquetShardWriter:
             self.rows += table.num_rows
 
     def commit(self) -> dict:
-        """Publish the file; returns its path (relative to the folder), rows, bytes and sha256."""
-        self._writer.close()
-        self._file.close()
-        digest = hashlib.sha256()
-        size = 0
-        with self.folder.fs.open(self.temporary, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-        self.folder._publish(self.temporary, self.final)
+        """Publish the file; returns its path (relative to the folder), rows, bytes and sha256. A failure (a full
+        disk while the footer is written) removes the temporary file and raises."""
+        try:
+            self._writer.close()
+            self._file.close()
+            digest = hashlib.sha256()
+            size = 0
+            with self.folder.fs.open(self.temporary, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+                    size += len(chunk)
+            self.folder._publish(self.temporary, self.final)
+        except BaseException:
+            self.abort()
+            raise
         return {"path": self.relative, "rows": self.rows, "bytes": size, "sha256": digest.hexdigest()}
 
     def abort(self) -> None:
         try:
             self._writer.close()
             self._file.close()
+        except OSError:
+            pass  # closing a file on a full disk fails again; it is removed all the same
         finally:
-            if self.folder.fs.exists(self.temporary):
-                self.folder.fs.rm(self.temporary)
+            self.folder._discard(self.temporary)
 
 
 _DIGESTS: dict[tuple, str] = {}
