@@ -72,7 +72,11 @@ def _ray_progress_actor():
         def totals(self) -> tuple[int, int]:
             return self.records, self.documents
 
-    return ProgressCounter.remote()
+    # On the driver's node: a worker node lost mid-job must not take the run's progress (and the run) with it.
+    here = ray.get_runtime_context().get_node_id()
+    return ProgressCounter.options(
+        scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
+    ).remote()
 
 
 def _work(job: Job, shard: Shard, action: str, report: dict | None, on_progress, worker: str | None, shared):
@@ -152,8 +156,11 @@ def _run_on_ray(
                 error = failed[shard.source] = _format_failure(exc)
             if progress:
                 progress.shard_finished(shard.id, error)
-        if progress:
-            progress.update(*ray.get(counter.totals.remote()))
+        if progress and counter is not None:
+            try:
+                progress.update(*ray.get(counter.totals.remote()))
+            except ray.exceptions.RayActorError:
+                counter = None  # progress is a nicety: the run goes on without its live line
     return done, failed
 
 

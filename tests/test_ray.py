@@ -96,3 +96,71 @@ def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run,
     assert len(workers) == 2, f"both nodes should have run shards, got {workers}"
     clean = shard_files(clean_out)
     assert shard_files(tmp_path / "out") == {source: clean[source] for source in small}
+
+
+def _kill_first(pattern: str, deadline_s: float = 180) -> str | None:
+    """SIGKILL the first process whose command line holds `pattern` (a Ray worker running a shard task)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        for line in listing.splitlines():
+            if pattern in line and "ps -eo" not in line:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+                return line.strip()
+        time.sleep(0.1)
+    return None
+
+
+def _run_in_thread(job, result: dict):
+    import threading
+
+    def run() -> None:
+        with open(os.devnull, "w") as quiet:
+            result["stats"] = run_job(job, use_ray=True, progress_stream=quiet)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_worker_killed_mid_shard_is_retried_and_the_output_equals_a_clean_run(clean_run, tmp_path):
+    import ray
+
+    job, clean_stats, clean_out = clean_run
+    started_here = not ray.is_initialized()
+    result: dict = {}
+    thread = _run_in_thread(load_job(write_job(tmp_path, list(job.resolved_inputs), tmp_path / "out")), result)
+    killed = _kill_first("ray::_ray_task")
+    thread.join()
+    if started_here:
+        ray.shutdown()
+    assert killed is not None, "no shard task was seen running"
+    stats = result["stats"]
+    assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
+    assert shard_files(tmp_path / "out") == shard_files(clean_out)
+
+
+def test_losing_a_node_mid_job_loses_and_doubles_no_shard(clean_run, tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    job, clean_stats, clean_out = clean_run
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    doomed = cluster.add_node(num_cpus=1)
+    result: dict = {}
+    try:
+        ray.init(address=cluster.address)
+        thread = _run_in_thread(load_job(write_job(tmp_path, list(job.resolved_inputs), tmp_path / "out")), result)
+        reports = tmp_path / "out" / "shards"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(list(reports.glob("*.json"))) < 2:
+            time.sleep(0.1)
+        cluster.remove_node(doomed)  # mid-job: its running shard task dies with it and is retried on the head
+        thread.join()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    stats = result["stats"]
+    assert len(list(reports.glob("*.json"))) == len(job.resolved_inputs) == stats["shards"]["complete"]
+    assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
+    assert shard_files(tmp_path / "out") == shard_files(clean_out)  # each shard once, byte for byte
