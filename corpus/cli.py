@@ -281,15 +281,25 @@ def _ablate_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
-    from corpus.report import load_run, report_data, signal_histograms, write_html
+def _run_report(args: argparse.Namespace):
+    """(the run's view, its report data) for `report` and `inspect`; None after printing why it cannot be read."""
+    from corpus.report import load_run, report_data
 
     try:
         view = load_run(args.run, args.select)
     except JobError as exc:
         print(f"corpus: {exc}", file=sys.stderr)
+        return None
+    return view, report_data(view, sample=args.sample, seed=args.seed)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from corpus.report import signal_histograms, write_html
+
+    loaded = _run_report(args)
+    if loaded is None:
         return 2
-    data = report_data(view, sample=args.sample, seed=args.seed)
+    view, data = loaded
     out = (
         Path(args.out) if args.out else Path(args.run) / ("report-hypothetical.html" if args.select else "report.html")
     )
@@ -318,14 +328,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from corpus.report import load_run, report_data
-
-    try:
-        view = load_run(args.run, args.select)
-    except JobError as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
+    loaded = _run_report(args)
+    if loaded is None:
         return 2
-    data = report_data(view, sample=args.sample, seed=args.seed)
+    _, data = loaded
     if args.kept:
         groups = {reason: docs for reason, docs in data["near_threshold"].items() if reason.split(".")[0] == args.rule}
     else:
