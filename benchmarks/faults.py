@@ -5,6 +5,10 @@ pages) and runs the job over both, inline. A case passes when the job returns (n
 run's counts leave nothing unaccounted, the intact file's documents are exactly those of a clean run, and the
 hostile file's damage is named (an error class or a drop reason).
 
+Then the process faults, over every shared WARC, each compared with a clean run (totals and document bytes): the
+driver SIGKILLed and rerun, a Ray worker SIGKILLed mid-shard, a node of a two-node cluster lost mid-job, the output
+disk full (a small tmpfs; needs root) and then room made.
+
     python benchmarks/faults.py            prints: fault, records tried, crashes, records accounted, outcome
 """
 
@@ -197,9 +201,208 @@ def _document_ids(out: Path, stem: str) -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------- process faults
+
+
+def write_job(folder: Path, inputs: list[str], out: Path, body: str = "") -> Path:
+    path = folder / f"{out.name}.toml"
+    path.write_text(f'name = "faults"\ninputs = {json.dumps(inputs)}\noutput = "{out}"\n{body}')
+    return path
+
+
+def shard_hashes(out: Path) -> dict[str, str]:
+    """source -> sha256 of its documents file, from the run's manifest."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {shard["source"]: shard["sha256"] for shard in manifest["shards"]}
+
+
+def _wait_for_shards(out: Path, count: int, deadline_s: float = 240) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline and len(list((out / "shards").glob("*.json"))) < count:
+        time.sleep(0.1)
+
+
+def _in_thread(job_file: Path, result: dict):
+    import threading
+
+    from corpus.executor import run_job
+    from corpus.job import load_job
+
+    def run() -> None:
+        with open(os.devnull, "w") as quiet:
+            result["stats"] = run_job(load_job(job_file), use_ray=True, progress_stream=quiet)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def kill_driver(inputs: list[str], folder: Path, body: str = "") -> dict:
+    """`corpus run` (its own local Ray) SIGKILLed once two shards are complete, then run again."""
+    import signal
+    import subprocess
+    import sys
+
+    out = folder / "killed-driver"
+    command = [sys.executable, "-m", "corpus.cli", "run", str(write_job(folder, inputs, out, body))]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_shards(out, 2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    done_at_kill = len(list((out / "shards").glob("*.json")))
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    return {
+        "out": out,
+        "exit_code": resumed.returncode,
+        "done_at_kill": done_at_kill,
+        "leftovers": len(list(out.rglob("*.tmp-*"))),
+        "detail": f"killed with {done_at_kill} of {len(inputs)} shards done; rerun exit {resumed.returncode}",
+    }
+
+
+def kill_worker(inputs: list[str], folder: Path, body: str = "") -> dict:
+    """A Ray worker running a shard task SIGKILLed; Ray retries the task (`[ray] max_retries`)."""
+    import signal
+    import subprocess
+
+    import ray
+
+    out = folder / "killed-worker"
+    started_here = not ray.is_initialized()
+    result: dict = {}
+    thread = _in_thread(write_job(folder, inputs, out, body), result)
+    killed, deadline = None, time.monotonic() + 240
+    while killed is None and time.monotonic() < deadline and thread.is_alive():
+        listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        for line in listing.splitlines():
+            if "ray::_ray_task" in line and "ps -eo" not in line:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+                killed = line.strip()
+                break
+        time.sleep(0.05)
+    thread.join()
+    if started_here:
+        ray.shutdown()
+    return {"out": out, "stats": result.get("stats"), "killed": killed, "detail": f"killed {killed}"}
+
+
+def lose_node(inputs: list[str], folder: Path, body: str = "") -> dict:
+    """A two-node `ray.cluster_utils.Cluster`; the worker node removed once two shards are complete."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    out = folder / "lost-node"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    doomed = cluster.add_node(num_cpus=1)
+    result: dict = {}
+    try:
+        ray.init(address=cluster.address)
+        thread = _in_thread(write_job(folder, inputs, out, body), result)
+        _wait_for_shards(out, 2)
+        done_at_loss = len(list((out / "shards").glob("*.json")))
+        cluster.remove_node(doomed)
+        thread.join()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    detail = f"node removed with {done_at_loss} of {len(inputs)} shards done"
+    return {"out": out, "stats": result.get("stats"), "detail": detail}
+
+
+def fill_disk(inputs: list[str], folder: Path, body: str = "", size: str = "400k") -> dict:
+    """The output on a `size` tmpfs: the run must fail cleanly; then the tmpfs grows and the run is repeated.
+    Needs root to mount (`tried` is False otherwise)."""
+    import contextlib
+    import io
+    import subprocess
+
+    from corpus.cli import main
+
+    disk = folder / "disk"
+    disk.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True
+    ).returncode:
+        return {"tried": False, "detail": "cannot mount a tmpfs here (needs root)"}
+    try:
+        job_file = write_job(folder, inputs, disk / "out", body)
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            first = main(["run", str(job_file), "--no-ray"])
+        partial = [str(p) for p in (disk / "out").rglob("*.tmp-*")]
+        whole = all(
+            _rows(disk / "out" / json.loads(report.read_text())["documents"]["path"])
+            == json.loads(report.read_text())["documents"]["rows"]
+            for report in (disk / "out" / "shards").glob("*.json")
+        )
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            second = main(["run", str(job_file), "--no-ray"])
+        stats = json.loads((disk / "out" / "stats.json").read_text())
+        hashes = shard_hashes(disk / "out")
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+    return {
+        "tried": True,
+        "first_exit": first,
+        "message": errors.getvalue(),
+        "partial_files": partial,
+        "complete_shards_whole": whole,
+        "second_exit": second,
+        "stats": stats,
+        "hashes": hashes,
+        "detail": f"first run exit {first}, {len(partial)} partial files; after making room exit {second}",
+    }
+
+
+def _rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def process_main(inputs: list[str], work: Path) -> None:
+    from corpus.executor import run_job
+    from corpus.job import load_job
+
+    body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'
+    clean_out = work / "clean"
+    with open(os.devnull, "w") as quiet:
+        clean = run_job(load_job(write_job(work, inputs, clean_out, body)), use_ray=False, progress_stream=quiet)
+    expected = (clean["totals"], shard_hashes(clean_out))
+    print(f"\n{'process fault':<40}{'records':>9}{'crashes':>9}{'accounted':>11}  outcome")
+    for name, fault in (
+        ("SIGKILL of the driver, then a rerun", kill_driver),
+        ("SIGKILL of a Ray worker mid-shard", kill_worker),
+        ("a node lost mid-job (2-node Cluster)", lose_node),
+        ("output disk full, then room made", fill_disk),
+    ):
+        started = time.perf_counter()
+        folder = work / name.split()[0].lower() / str(time.monotonic_ns())
+        folder.mkdir(parents=True)
+        try:
+            result = fault(inputs, folder, body)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name:<40}{'-':>9}{1:>9}{'-':>11}  CRASH {type(exc).__name__}: {exc}"[:200])
+            continue
+        if result.get("tried") is False:
+            print(f"{name:<40}{'-':>9}{'-':>9}{'-':>11}  not tried: {result['detail']}")
+            continue
+        stats = result.get("stats") or json.loads((result["out"] / "stats.json").read_text())
+        hashes = result.get("hashes") or shard_hashes(result["out"])
+        same = "equal to a clean run" if (stats["totals"], hashes) == expected else "DIFFERS FROM A CLEAN RUN"
+        accounted = 1 - stats["totals"]["unaccounted"] / max(stats["totals"]["records"], 1)
+        print(
+            f"{name:<40}{stats['totals']['records']:>9,}{0:>9}{accounted:>11.1%}  {same}; {result['detail']} "
+            f"({time.perf_counter() - started:.0f} s)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shared", type=Path, default=SHARED)
+    parser.add_argument("--inputs-only", action="store_true", help="the hostile inputs only, not the process faults")
     args = parser.parse_args()
     base_path = args.shared / BASE
     base = base_path.read_bytes()
@@ -219,6 +422,8 @@ def main() -> None:
                 f"{name:<30}{result['records']:>9,}{0:>9}{accounted:>11.1%}  {result['outcome']}; {intact}{failed}"
                 f" ({result['seconds']:.1f} s)"
             )
+        if not args.inputs_only:
+            process_main(sorted(str(p) for p in args.shared.glob("warc-*/*.warc.gz")), work)
 
 
 if __name__ == "__main__":

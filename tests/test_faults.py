@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, shared
 
@@ -56,38 +55,18 @@ def test_a_fault_never_crashes_the_job_nor_loses_a_record_and_is_named(name, bas
         assert len(texts) == 2 and all(text.startswith("Grüße aus Köln, schöne Straße.") for text in texts)
 
 
-def test_a_full_disk_fails_the_run_cleanly_and_a_rerun_after_making_room_completes(shared_warcs, tmp_path, capsys):
-    import json
-    import subprocess
+def test_a_full_disk_fails_the_run_cleanly_and_a_rerun_after_making_room_completes(shared_warcs, tmp_path):
+    from corpus.executor import run_job
+    from corpus.job import load_job
 
-    from corpus.cli import main
-
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root): the full-disk case is not tried")
-    try:
-        inputs = json.dumps([str(path) for path in shared_warcs])
-        body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'
-        for name, out in (("full", disk / "out"), ("clean", tmp_path / "clean")):
-            (tmp_path / f"{name}.toml").write_text(f'name = "disk"\ninputs = {inputs}\noutput = "{out}"\n{body}')
-        assert main(["run", str(tmp_path / "clean.toml"), "--no-ray"]) == 0
-        assert main(["run", str(tmp_path / "full.toml"), "--no-ray"]) == 1  # a clean failure, not a crash
-        assert "No space left on device" in capsys.readouterr().err
-        assert not list((disk / "out").rglob("*.tmp-*"))  # no partial file, under any name
-        for report in (disk / "out" / "shards").glob("*.json"):  # a shard marked complete is whole
-            documents = json.loads(report.read_text())["documents"]
-            assert pq.read_table(disk / "out" / documents["path"]).num_rows == documents["rows"]
-        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # room is made
-        assert main(["run", str(tmp_path / "full.toml"), "--no-ray"]) == 0
-        resumed = json.loads((disk / "out" / "stats.json").read_text())
-        clean = json.loads((tmp_path / "clean" / "stats.json").read_text())
-        assert resumed["totals"] == clean["totals"] and resumed["shards"]["skipped_complete"] > 0
-        manifests = [
-            json.loads((folder / "manifest.json").read_text()) for folder in (disk / "out", tmp_path / "clean")
-        ]
-        assert [{k: s[k] for k in ("id", "sha256")} for s in manifests[0]["shards"]] == [
-            {k: s[k] for k in ("id", "sha256")} for s in manifests[1]["shards"]
-        ]  # the same bytes as a run that never ran out of room
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+    inputs = [str(path) for path in shared_warcs]
+    body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'
+    result = faults.fill_disk(inputs, tmp_path, body)
+    if not result["tried"]:
+        pytest.skip(result["detail"])
+    assert result["first_exit"] == 1 and "No space left on device" in result["message"]  # a clean failure
+    assert result["partial_files"] == [] and result["complete_shards_whole"]  # no partial file, under any name
+    assert result["second_exit"] == 0 and result["stats"]["shards"]["skipped_complete"] > 0  # resumed
+    clean = run_job(load_job(faults.write_job(tmp_path, inputs, tmp_path / "clean", body)), use_ray=False)
+    assert result["stats"]["totals"] == clean["totals"]
+    assert result["hashes"] == faults.shard_hashes(tmp_path / "clean")  # the bytes of a run with room to spare

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import write_job
+from conftest import REPO, write_job
 
 from corpus.executor import run_job
 from corpus.job import load_job
@@ -19,34 +15,22 @@ from corpus.job import load_job
 pytestmark = pytest.mark.slow
 
 
-def shard_files(out: Path) -> dict[str, str]:
-    """source -> sha256 of its documents file, from the manifest."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    return {shard["source"]: shard["sha256"] for shard in manifest["shards"]}
+spec = importlib.util.spec_from_file_location("faults", REPO / "benchmarks" / "faults.py")
+faults = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(faults)
+shard_files = faults.shard_hashes
 
 
 def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path):
     job, clean_stats, clean_out = clean_run
-    job_path = write_job(tmp_path, list(job.resolved_inputs), tmp_path / "out")
-    command = [sys.executable, "-m", "corpus.cli", "run", str(job_path)]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray, killed with it
-    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    reports = tmp_path / "out" / "shards"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and len(list(reports.glob("*.json"))) < 2:
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
-    done_at_kill = len(list(reports.glob("*.json")))
-    assert 2 <= done_at_kill < len(job.resolved_inputs), "the kill must land half-way"
-
-    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
-    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert stats["shards"]["skipped_complete"] >= done_at_kill
+    result = faults.kill_driver(list(job.resolved_inputs), tmp_path)
+    assert 2 <= result["done_at_kill"] < len(job.resolved_inputs), "the kill must land half-way"
+    assert result["exit_code"] == 0
+    stats = json.loads((result["out"] / "stats.json").read_text())
+    assert stats["shards"]["skipped_complete"] >= result["done_at_kill"]
     assert stats["totals"] == clean_stats["totals"]
-    assert shard_files(tmp_path / "out") == shard_files(clean_out)  # byte-identical documents
-    assert not list((tmp_path / "out").rglob("*.tmp-*"))  # the killed run's partial files are cleared
+    assert shard_files(result["out"]) == shard_files(clean_out)  # byte-identical documents
+    assert result["leftovers"] == 0  # the killed run's partial files are cleared
 
 
 def _sample_in_two_shards(folder: Path) -> list[str]:
@@ -98,69 +82,20 @@ def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run,
     assert shard_files(tmp_path / "out") == {source: clean[source] for source in small}
 
 
-def _kill_first(pattern: str, deadline_s: float = 180) -> str | None:
-    """SIGKILL the first process whose command line holds `pattern` (a Ray worker running a shard task)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-        for line in listing.splitlines():
-            if pattern in line and "ps -eo" not in line:
-                os.kill(int(line.split()[0]), signal.SIGKILL)
-                return line.strip()
-        time.sleep(0.1)
-    return None
-
-
-def _run_in_thread(job, result: dict):
-    import threading
-
-    def run() -> None:
-        with open(os.devnull, "w") as quiet:
-            result["stats"] = run_job(job, use_ray=True, progress_stream=quiet)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def test_a_worker_killed_mid_shard_is_retried_and_the_output_equals_a_clean_run(clean_run, tmp_path):
-    import ray
-
     job, clean_stats, clean_out = clean_run
-    started_here = not ray.is_initialized()
-    result: dict = {}
-    thread = _run_in_thread(load_job(write_job(tmp_path, list(job.resolved_inputs), tmp_path / "out")), result)
-    killed = _kill_first("ray::_ray_task")
-    thread.join()
-    if started_here:
-        ray.shutdown()
-    assert killed is not None, "no shard task was seen running"
+    result = faults.kill_worker(list(job.resolved_inputs), tmp_path)
+    assert result["killed"] is not None, "no shard task was seen running"
     stats = result["stats"]
     assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
-    assert shard_files(tmp_path / "out") == shard_files(clean_out)
+    assert shard_files(result["out"]) == shard_files(clean_out)
 
 
 def test_losing_a_node_mid_job_loses_and_doubles_no_shard(clean_run, tmp_path):
-    import ray
-    from ray.cluster_utils import Cluster
-
     job, clean_stats, clean_out = clean_run
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    doomed = cluster.add_node(num_cpus=1)
-    result: dict = {}
-    try:
-        ray.init(address=cluster.address)
-        thread = _run_in_thread(load_job(write_job(tmp_path, list(job.resolved_inputs), tmp_path / "out")), result)
-        reports = tmp_path / "out" / "shards"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and len(list(reports.glob("*.json"))) < 2:
-            time.sleep(0.1)
-        cluster.remove_node(doomed)  # mid-job: its running shard task dies with it and is retried on the head
-        thread.join()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    result = faults.lose_node(list(job.resolved_inputs), tmp_path)
     stats = result["stats"]
-    assert len(list(reports.glob("*.json"))) == len(job.resolved_inputs) == stats["shards"]["complete"]
+    assert len(list((result["out"] / "shards").glob("*.json"))) == len(job.resolved_inputs)
+    assert stats["shards"]["complete"] == len(job.resolved_inputs)
     assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
-    assert shard_files(tmp_path / "out") == shard_files(clean_out)  # each shard once, byte for byte
+    assert shard_files(result["out"]) == shard_files(clean_out)  # each shard once, byte for byte
