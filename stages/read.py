@@ -245,6 +245,9 @@ def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterato
         offset = record.stream_pos
         record_type = record.record_type
         url = _strip_brackets(record.headers.get("WARC-Target-URI"))
+        if record.headers.get("Content-Length") is None:
+            counts.fail("missing_content_length", source, offset, "the WARC header has no Content-Length", url)
+            continue
         if record_type == WarcRecordType.response:
             content_type = (record.http_headers.get("Content-Type") or "") if record.http_headers else ""
             if "html" not in content_type.lower():

@@ -15,7 +15,7 @@ spec.loader.exec_module(faults)
 EXPECTED = {
     "truncated gzip member": "truncated_record",
     "member of random bytes": "warc_corrupt",
-    "garbage WARC header": "unknown_record",
+    "garbage WARC header": "missing_content_length",  # its garbage lines hold no Content-Length either
     "empty file": None,
     "not a WARC": "not_warc",
     "ARC file": "not_warc",
@@ -25,7 +25,7 @@ EXPECTED = {
     "page the extractor hangs on": "extract: extract_timeout",
     "binary labelled text/html": "extract: empty_text",
     "wrong declared charset": None,
-    "missing Content-Length": "not_html",
+    "missing Content-Length": "missing_content_length",
     "Content-Length too long": "payload_digest_mismatch",  # and the records it swallowed are named in its message
     "Content-Length too short": "payload_digest_mismatch",
 }
