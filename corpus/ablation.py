@@ -367,11 +367,136 @@ def _variant_counts(name: str, folder: OutputFolder, tokens_of: dict[str, int]) 
     ]
 
 
+VARIANT_COUNTS = pa.schema(
+    [("variant", pa.string()), ("reason", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
+)
+
+
+def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: dict, log) -> str:
+    """The job's tokenizer, or one trained on every extracted document (again only when the documents changed)."""
+    from stages.tokenize import train_tokenizer
+
+    if ablation.tokenizer:
+        return ablation.tokenizer
+    path = folder.path("tokenizer.json")
+    key = json.dumps([documents_stats["totals"], ablation.spec.tokenizer.vocab_size, ablation.documents.name])
+    if (folder.read_json("_tokenizer.json") or {}).get("key") != key:
+        texts = [t for _, table in _documents(ablation.documents, ["text"]) for t in table.column(0).to_pylist()]
+        log(f"tokenizer: training a {ablation.spec.tokenizer.vocab_size}-token BPE on {len(texts):,} documents")
+        train_tokenizer(texts, ablation.spec.tokenizer.vocab_size, f"{path}.partial")
+        os.replace(f"{path}.partial", path)
+        folder.write_json("_tokenizer.json", {"key": key})
+    return path
+
+
+def _write_exclusions(ablation: Ablation, folder: OutputFolder, reference_texts: dict[str, list[str]], log) -> pa.Table:
+    """`decontamination.parquet` (n-grams shared with each reference set, per document) and `excluded.parquet`
+    (the documents sharing any, when `drop`); returns the former."""
+    overlap = decontaminate(ablation, reference_texts)
+    with folder.parquet_writer("decontamination.parquet", overlap.schema) as writer:
+        writer.write(overlap)
+    contaminated = np.zeros(overlap.num_rows, bool)
+    for name in reference_texts:
+        contaminated |= overlap.column(name).to_numpy() > 0
+    dropped = contaminated if ablation.spec.decontamination.drop else np.zeros_like(contaminated)
+    excluded = overlap.select(["id"]).filter(pa.array(dropped))
+    with folder.parquet_writer("excluded.parquet", excluded.schema) as writer:
+        writer.write(excluded)
+    log(
+        f"decontamination: {int(contaminated.sum()):,} of {overlap.num_rows:,} documents share a "
+        f"{ablation.spec.decontamination.ngram}-gram with a reference set"
+    )
+    return overlap
+
+
+def _variant_job(ablation: Ablation, name: str, folder: OutputFolder, tokenizer_path: str) -> Job:
+    """A variant's selection job with the ablation's exclusions and tokenizer (shuffled token shards)."""
+    variant = ablation.variants[name]
+    tokenize = {
+        "tokenizer": tokenizer_path,
+        "separator": ablation.spec.tokenizer.separator,
+        "variant": name,
+        "shuffle_seed": 0,
+        "shuffle_buckets": 4,
+    }
+    return variant.model_copy(
+        update={"exclude": folder.path("excluded.parquet"), "tokenize": variant.tokenize.model_copy(update=tokenize)}
+    )
+
+
+def _contamination_removed(selection: pa.Table, overlap: pa.Table, references: list[str]) -> dict:
+    """Per reference set, the documents (and their shared n-grams) the variant lost to decontamination."""
+    row_of = dict(zip(overlap.column("id").to_pylist(), range(overlap.num_rows), strict=True))
+    removed = selection.filter(pc.equal(selection.column("first_failure"), "excluded")).column("id")
+    rows = [row_of[doc_id] for doc_id in removed.to_pylist()]
+    return {
+        reference: {
+            "documents": int((overlap.column(reference).to_numpy()[rows] > 0).sum()),
+            "ngrams": int(overlap.column(reference).to_numpy()[rows].sum()),
+        }
+        for reference in references
+    }
+
+
+def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[str], tokenizer_path: str,
+                vocab_size: int) -> dict:  # fmt: skip
+    selection = {
+        "thresholds": manifest["selection"]["thresholds"],
+        "dedup": manifest["selection"]["dedup"],
+        "excluded": "decontamination" if ablation.spec.decontamination.drop else None,
+    }
+    return {
+        "job_sha256": ablation.source_sha256,
+        "selection": json.dumps(selection, sort_keys=True),
+        "manifest_sha256": hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest(),
+        "documents_sha256": hashlib.sha256("\n".join(kept_ids).encode()).hexdigest(),
+        "tokenizer_sha256": content_sha256(tokenizer_path),
+        "model_config": json.dumps({**ablation.spec.model.model_dump(), "vocab_size": vocab_size}, sort_keys=True),
+        "code_version": _code_version(),
+        "baseline": name == ablation.baseline,
+        "variant_documents": manifest["documents"],
+        "variant_tokens": manifest["tokens"],
+    }
+
+
+def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, references: list, vocab_size: int) -> list:
+    """A training run per seed of a variant, each keyed by everything that changes its result."""
+    specs = []
+    for seed in ablation.spec.seeds:
+        train = _train_options(ablation, seed)
+        settings = [provenance, train, [r.model_dump() for r in ablation.spec.references]]
+        specs.append(
+            {
+                "name": f"{name}-seed{seed}",
+                "variant": name,
+                "seed": seed,
+                "key": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
+                "run": job.output,
+                "references": references,
+                "model": {**ablation.spec.model.model_dump(), "vocab_size": vocab_size},
+                "train": train,
+                "provenance": provenance,
+            }
+        )
+    return specs
+
+
+def _save_run(folder: OutputFolder, spec: dict, rows: list[dict]) -> None:
+    """A finished run's rows with its provenance, `runs/<name>.parquet`, then its key (the run is done)."""
+    table = pa.Table.from_pylist(
+        [{"variant": spec["variant"], "seed": spec["seed"], **row, **spec["provenance"]} for row in rows]
+    )
+    mfu = table.schema.get_field_index("mfu")
+    table = table.set_column(mfu, "mfu", table.column("mfu").cast(pa.float64()))  # None off CUDA: typed anyway
+    with folder.parquet_writer(f"runs/{spec['name']}.parquet", table.schema) as writer:
+        writer.write(table)
+    folder.write_json(f"runs/_{spec['name']}.json", {"key": spec["key"]})
+
+
 def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
     """Run (or resume) an ablation; returns its summary, also written to `ablation.json`. Results are in
     `results.parquet` and `variants.parquet` in the output folder."""
     from corpus.executor import run_job
-    from stages.tokenize import train_tokenizer
 
     started = time.perf_counter()
     folder = OutputFolder(ablation.output)
@@ -383,69 +508,24 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             raise JobError(f"the documents run has failed shards: {documents_stats['failed_shards']}; rerun it")
         with open(ablation.source_file, "rb") as fh:
             folder.write_bytes("ablation.toml", fh.read())
-
-        tokenizer_path = ablation.tokenizer
-        if not tokenizer_path:
-            tokenizer_path = folder.path("tokenizer.json")
-            key = json.dumps([documents_stats["totals"], ablation.spec.tokenizer.vocab_size, ablation.documents.name])
-            if (folder.read_json("_tokenizer.json") or {}).get("key") != key:
-                texts = [
-                    t for _, table in _documents(ablation.documents, ["text"]) for t in table.column(0).to_pylist()
-                ]
-                log(f"tokenizer: training a {ablation.spec.tokenizer.vocab_size}-token BPE on {len(texts):,} documents")
-                train_tokenizer(texts, ablation.spec.tokenizer.vocab_size, f"{tokenizer_path}.partial")
-                os.replace(f"{tokenizer_path}.partial", tokenizer_path)
-                folder.write_json("_tokenizer.json", {"key": key})
+        tokenizer_path = _tokenizer_file(ablation, folder, documents_stats, log)
         tokenizer = load_once(TextTokenizer, tokenizer_path, ablation.spec.tokenizer.separator)
-
         reference_texts, reference_sets = {}, []
         for reference in ablation.spec.references:
-            texts, tokens = read_reference(
-                ablation.references[reference.name], tokenizer, reference.name, reference.max_tokens
-            )
+            path = ablation.references[reference.name]
+            texts, tokens = read_reference(path, tokenizer, reference.name, reference.max_tokens)
             reference_texts[reference.name] = texts
             reference_sets.append(tokens)
-        overlap = decontaminate(ablation, reference_texts)
-        with folder.parquet_writer("decontamination.parquet", overlap.schema) as writer:
-            writer.write(overlap)
-        contaminated = np.zeros(overlap.num_rows, bool)
-        for name in reference_texts:
-            contaminated |= overlap.column(name).to_numpy() > 0
-        excluded = overlap.select(["id"]).filter(
-            pa.array(contaminated if ablation.spec.decontamination.drop else np.zeros_like(contaminated))
-        )
-        with folder.parquet_writer("excluded.parquet", excluded.schema) as writer:
-            writer.write(excluded)
-        log(
-            f"decontamination: {int(contaminated.sum()):,} of {overlap.num_rows:,} documents share a "
-            f"{ablation.spec.decontamination.ngram}-gram with a reference set"
-        )
-
+        overlap = _write_exclusions(ablation, folder, reference_texts, log)
         tokens_of = {}
         for _, table in _documents(ablation.documents, ["id", "text"]):
-            for doc_id, tokens in zip(
-                table.column("id").to_pylist(), tokenizer.encode(table.column("text").to_pylist()), strict=True
-            ):
-                tokens_of[doc_id] = len(tokens)
-        overlap_by_id = dict(zip(overlap.column("id").to_pylist(), range(overlap.num_rows), strict=True))
+            encoded = tokenizer.encode(table.column("text").to_pylist())
+            tokens_of.update(zip(table.column("id").to_pylist(), map(len, encoded), strict=True))
 
         summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
         counts, specs = [], []
-        for name, variant in ablation.variants.items():
-            job = variant.model_copy(
-                update={
-                    "exclude": folder.path("excluded.parquet"),
-                    "tokenize": variant.tokenize.model_copy(
-                        update={
-                            "tokenizer": tokenizer_path,
-                            "separator": ablation.spec.tokenizer.separator,
-                            "variant": name,
-                            "shuffle_seed": 0,
-                            "shuffle_buckets": 4,
-                        }
-                    ),
-                }
-            )
+        for name in ablation.variants:
+            job = _variant_job(ablation, name, folder, tokenizer_path)
             stats = run_job(job, use_ray=use_ray)
             if stats["failed_shards"] or not stats["tokens"]:
                 summary["failed_runs"][name] = f"selection failed: {stats['failed_shards']}"
@@ -456,98 +536,37 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
                 variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
             )
             kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
-            removed = selection.filter(pc.equal(selection.column("first_failure"), "excluded")).column("id")
-            rows = [overlap_by_id[doc_id] for doc_id in removed.to_pylist()]
-            contamination = {
-                reference: {
-                    "documents": int((overlap.column(reference).to_numpy()[rows] > 0).sum()),
-                    "ngrams": int(overlap.column(reference).to_numpy()[rows].sum()),
-                }
-                for reference in reference_texts
-            }
             manifest = variant_folder.read_json("tokens/manifest.json")
-            kept_tokens = manifest["tokens"]
-            selection_record = {
-                "thresholds": manifest["selection"]["thresholds"],
-                "dedup": manifest["selection"]["dedup"],
-                "excluded": "decontamination" if ablation.spec.decontamination.drop else None,
-            }
             summary["variants"][name] = {
                 "description": ablation.spec.variants[name].description,
                 "documents": manifest["documents"],
-                "tokens": kept_tokens,
-                "repeat_factor": ablation.spec.train.tokens / kept_tokens if kept_tokens else None,
-                "contamination_removed": contamination,
+                "tokens": manifest["tokens"],
+                "repeat_factor": ablation.spec.train.tokens / manifest["tokens"] if manifest["tokens"] else None,
+                "contamination_removed": _contamination_removed(selection, overlap, list(reference_texts)),
                 "stats": f"variants/{name}/stats.json",
             }
-            provenance = {
-                "job_sha256": ablation.source_sha256,
-                "selection": json.dumps(selection_record, sort_keys=True),
-                "manifest_sha256": hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest(),
-                "documents_sha256": hashlib.sha256("\n".join(kept_ids).encode()).hexdigest(),
-                "tokenizer_sha256": content_sha256(tokenizer_path),
-                "model_config": json.dumps(
-                    {**ablation.spec.model.model_dump(), "vocab_size": tokenizer.vocab_size}, sort_keys=True
-                ),
-                "code_version": _code_version(),
-                "baseline": name == ablation.baseline,
-                "variant_documents": manifest["documents"],
-                "variant_tokens": kept_tokens,
-            }
-            for seed in ablation.spec.seeds:
-                train = _train_options(ablation, seed)
-                run_key = hashlib.sha256(
-                    json.dumps(
-                        [provenance, train, [r.model_dump() for r in ablation.spec.references]], sort_keys=True
-                    ).encode()
-                ).hexdigest()[:16]
-                specs.append(
-                    {
-                        "name": f"{name}-seed{seed}",
-                        "variant": name,
-                        "seed": seed,
-                        "key": run_key,
-                        "run": job.output,
-                        "references": reference_sets,
-                        "model": {**ablation.spec.model.model_dump(), "vocab_size": tokenizer.vocab_size},
-                        "train": train,
-                        "provenance": provenance,
-                    }
-                )
-        variants_table = pa.Table.from_pylist(
-            counts,
-            schema=pa.schema(
-                [("variant", pa.string()), ("reason", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
-            ),
-        )
-        with folder.parquet_writer("variants.parquet", variants_table.schema) as writer:
-            writer.write(variants_table)
+            provenance = _provenance(ablation, name, manifest, kept_ids, tokenizer_path, tokenizer.vocab_size)
+            specs += _run_specs(ablation, name, job, provenance, reference_sets, tokenizer.vocab_size)
+        with folder.parquet_writer("variants.parquet", VARIANT_COUNTS) as writer:
+            writer.write(pa.Table.from_pylist(counts, schema=VARIANT_COUNTS))
 
-        todo = [
-            spec for spec in specs if (folder.read_json(f"runs/_{spec['name']}.json") or {}).get("key") != spec["key"]
-        ]
-        log(f"training: {len(todo)} of {len(specs)} runs to do ({len(specs) - len(todo)} done by an earlier run)")
+        done = {
+            spec["name"]
+            for spec in specs
+            if (folder.read_json(f"runs/_{spec['name']}.json") or {}).get("key") == spec["key"]
+        }
+        todo = [spec for spec in specs if spec["name"] not in done]
+        log(f"training: {len(todo)} of {len(specs)} runs to do ({len(done)} done by an earlier run)")
 
         def save(spec: dict, rows: list[dict]) -> None:
-            table = pa.Table.from_pylist(
-                [{"variant": spec["variant"], "seed": spec["seed"], **row, **spec["provenance"]} for row in rows]
-            )
-            table = table.set_column(
-                table.schema.get_field_index("mfu"), "mfu", table.column("mfu").cast(pa.float64())
-            )  # None off CUDA: typed, so runs on any device concatenate
-            with folder.parquet_writer(f"runs/{spec['name']}.parquet", table.schema) as writer:
-                writer.write(table)
-            folder.write_json(f"runs/_{spec['name']}.json", {"key": spec["key"]})
+            _save_run(folder, spec, rows)
             final = rows[-1]
             losses = ", ".join(f"{r.name} {final[f'{r.name}.nats_per_token']:.4f}" for r in reference_sets)
             log(f"  {spec['name']}: {final['tokens']:,} tokens, {final['tokens_per_s']:,.0f} tokens/s, eval {losses}")
 
         summary["failed_runs"].update(_run_all(todo, use_ray, save))
-        tables = []
-        for spec in specs:
-            name = folder.path("runs", f"{spec['name']}.parquet")
-            if spec["name"] not in summary["failed_runs"] and folder.fs.exists(name):
-                tables.append(pq.read_table(name))
+        finished = [spec["name"] for spec in specs if spec["name"] not in summary["failed_runs"]]
+        tables = [pq.read_table(folder.path("runs", f"{name}.parquet")) for name in finished]
         if tables:
             results = pa.concat_tables(tables, promote_options="permissive")
             with folder.parquet_writer("results.parquet", results.schema) as writer:
