@@ -525,7 +525,7 @@ def dedup_decide_shard(job: Job, shard: Shard, work: dict) -> dict:
     return _done_or_run(folder, f"dedup/{step}/decisions/_{shard.id}.json", work["key"], run)
 
 
-def _texts_at(folder: OutputFolder, shard_id: str, rows: np.ndarray) -> list[str]:
+def texts_at(folder: OutputFolder, shard_id: str, rows: np.ndarray) -> list[str]:
     """Texts of some rows of a shard's documents, reading only the row groups that hold them."""
     import pyarrow.parquet as pq
 
@@ -545,10 +545,10 @@ def _jaccard_with_roots(job: Job, shard: Shard, refs: np.ndarray, roots: np.ndar
     root_shards = roots >> np.int64(32)
     for ordinal in np.unique(root_shards):
         positions = np.flatnonzero(root_shards == ordinal)
-        texts = _texts_at(folder, shards[ordinal], roots[positions] & np.int64(0xFFFFFFFF))
+        texts = texts_at(folder, shards[ordinal], roots[positions] & np.int64(0xFFFFFFFF))
         for i, text in zip(positions, texts, strict=True):
             originals[i] = text
-    own = _texts_at(folder, shard.id, refs & np.int64(0xFFFFFFFF))
+    own = texts_at(folder, shard.id, refs & np.int64(0xFFFFFFFF))
     return jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
 
 

@@ -40,7 +40,7 @@ EXCERPT_CHARS = 240
 class RunView:
     job: Job
     stats: dict
-    documents: pa.Table  # id, url, domain, text, words, every threshold's column, kept, first_failure, failures
+    documents: pa.Table  # id, url, domain, words, (tokens), shard, row, thresholds' columns, the selection
     thresholds: list  # stages.select.Threshold, resolved
     hypothetical: bool
 
@@ -87,9 +87,12 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
             )
         words = pc.list_value_length(pc.utf8_split_whitespace(documents.column("text")))
         table = signals
-        for name in ("url", "domain", "text"):
+        for name in ("url", "domain"):
             table = table.append_column(name, documents.column(name))
         table = table.append_column("words", words.cast(pa.int64()))
+        # Texts stay on disk (samples read theirs back): a report holds signals, not a corpus.
+        table = table.append_column("shard", pa.array([shard.id] * table.num_rows, pa.string()))
+        table = table.append_column("row", pa.array(np.arange(table.num_rows), pa.int64()))
         if job.tokenize.tokenizer:  # tokens of the stored text by the run's tokenizer (dropped documents too)
             tokenizer = load_once(TextTokenizer, job.tokenize.tokenizer, job.tokenize.separator)
             counts = [len(tokens) for tokens in tokenizer.encode(documents.column("text").to_pylist())]
@@ -202,8 +205,13 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
 
 
 def _document(view: RunView, row: int, rule) -> dict:
+    from corpus.pipeline import documents_folder, texts_at
+
     docs = view.documents
-    text, url = docs.column("text")[row].as_py(), docs.column("url")[row].as_py()
+    url = docs.column("url")[row].as_py()
+    (text,) = texts_at(
+        documents_folder(view.job), docs.column("shard")[row].as_py(), np.array([docs.column("row")[row].as_py()])
+    )
     values = {
         t.column: docs.column(t.column)[row].as_py()
         for t in view.thresholds
