@@ -338,7 +338,12 @@ def _inspect(args: argparse.Namespace) -> int:
         groups = {args.rule: data["samples"].get(args.rule)} if args.rule in data["samples"] else {}
     if not groups:
         known = ", ".join(data["samples"])
-        print(f"corpus: no rule {args.rule!r} in this run's selection (rules: {known})", file=sys.stderr)
+        why = (
+            f"rule {args.rule!r} has no numeric threshold for kept documents to be near"
+            if args.kept and args.rule in data["samples"]
+            else f"no rule {args.rule!r} in this run's selection (rules: {known})"
+        )
+        print(f"corpus: {why}", file=sys.stderr)
         return 2
     console = Console(soft_wrap=True, highlight=False)
     for title, documents in groups.items():
