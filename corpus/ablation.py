@@ -213,28 +213,22 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     )
 
 
-def _documents(job: Job, columns: list[str]):
-    """(shard id, table) of every stored documents file of a complete run, in shard order."""
-    from corpus.pipeline import documents_folder, plan_shards
+def _document_batches(job: Job, columns: list[str]):
+    """Tables of a complete run's stored documents (these columns), a batch at a time, in shard order."""
+    from corpus.pipeline import documents_folder, plan_shards, stored_batches
 
     folder = documents_folder(job)
     for shard in plan_shards(job):
-        with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
-            yield shard.id, pq.read_table(fh, columns=columns)
-
-
-def ngram_hashes(texts: list[str], ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, hashes): each text's n-grams of `ngram` lower-cased words (MinHash's shingles, so a text
-    shorter than `ngram` words is one n-gram of all of them)."""
-    from corpus.text import DocumentBatch
-    from stages.dedup import _shingles
-
-    return _shingles(*DocumentBatch(texts).folded_words, ngram)
+        yield from stored_batches(folder, shard, job.read.batch_size, columns)
 
 
 def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.ndarray:
-    """Per text, how many of its n-grams occur in `reference` (sorted unique n-gram hashes)."""
-    offsets, hashes = ngram_hashes(texts, ngram)
+    """Per text, how many of its n-grams of `ngram` words (MinHash's shingles) occur in `reference` (sorted unique
+    n-gram hashes)."""
+    from corpus.text import DocumentBatch
+    from stages.dedup import shingle_hashes
+
+    offsets, hashes = shingle_hashes(DocumentBatch(texts), ngram)
     found = np.isin(hashes, reference, assume_unique=False).astype(np.int64)
     sums = np.concatenate([[0], np.cumsum(found)])
     return (sums[offsets[1:]] - sums[offsets[:-1]]).astype(np.int32)
@@ -260,14 +254,18 @@ def read_reference(path: str, tokenizer: TextTokenizer, name: str, max_tokens: i
     return texts, ReferenceSet(name, documents, sum(len(t.encode()) for t in texts))
 
 
-def decontaminate(ablation: Ablation, reference_texts: dict[str, list[str]]) -> pa.Table:
-    """Per stored document: its id and, per reference set, how many of its n-grams the set holds."""
+def decontaminate(ablation: Ablation, reference_texts: dict[str, list[str]], tokenizer: TextTokenizer) -> pa.Table:
+    """Per stored document, in one pass over the texts: its id, its tokens (of the extracted text, for the
+    variants' counts) and, per reference set, how many of its n-grams the set holds."""
+    from corpus.text import DocumentBatch
+    from stages.dedup import shingle_hashes
+
     ngram = ablation.spec.decontamination.ngram
-    sets = {name: np.unique(ngram_hashes(texts, ngram)[1]) for name, texts in reference_texts.items()}
+    sets = {name: np.unique(shingle_hashes(DocumentBatch(texts), ngram)[1]) for name, texts in reference_texts.items()}
     parts = []
-    for _, table in _documents(ablation.documents, ["id", "text"]):
+    for table in _document_batches(ablation.documents, ["id", "text"]):
         texts = table.column("text").to_pylist()
-        columns = {"id": table.column("id")}
+        columns = {"id": table.column("id"), "tokens": pa.array(map(len, tokenizer.encode(texts)), pa.int64())}
         columns.update({name: pa.array(overlap_counts(texts, hashes, ngram)) for name, hashes in sets.items()})
         parts.append(pa.table(columns))
     return pa.concat_tables(parts)
@@ -346,30 +344,27 @@ def _run_all(specs: list[dict], use_ray: bool, on_done) -> dict[str, str]:
     return failed
 
 
-def _variant_counts(name: str, folder: OutputFolder, tokens_of: dict[str, int]) -> list[dict]:
-    """Documents and tokens (of the extracted text) a variant kept, and dropped per first reason."""
-    selection = pq.read_table(folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=folder.fs)
-    reasons = [
-        ("kept" if kept else reason)
-        for kept, reason in zip(
-            selection.column("kept").to_pylist(), selection.column("first_failure").to_pylist(), strict=True
-        )
-    ]
-    ids = selection.column("id").to_pylist()
-    rows: dict[str, list[int]] = {}
-    for doc_id, reason in zip(ids, reasons, strict=True):
-        entry = rows.setdefault(reason, [0, 0])
-        entry[0] += 1
-        entry[1] += tokens_of.get(doc_id, 0)
-    return [
-        {"variant": name, "reason": reason, "documents": documents, "tokens": tokens}
-        for reason, (documents, tokens) in sorted(rows.items(), key=lambda item: (item[0] != "kept", -item[1][1]))
-    ]
-
-
 VARIANT_COUNTS = pa.schema(
     [("variant", pa.string()), ("reason", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
 )
+
+
+def _variant_counts(name: str, selection: pa.Table, documents: pa.Table) -> pa.Table:
+    """`VARIANT_COUNTS`: documents and tokens (of the extracted text; `documents` has them by id) a variant kept,
+    and dropped per first reason; kept first, then by tokens."""
+    reason = pc.if_else(selection.column("kept"), "kept", selection.column("first_failure"))
+    joined = pa.table({"id": selection.column("id"), "reason": reason}).join(
+        documents.select(["id", "tokens"]), "id", join_type="left outer"
+    )
+    grouped = joined.group_by("reason").aggregate([("id", "count"), ("tokens", "sum")])
+    rows = sorted(grouped.to_pylist(), key=lambda row: (row["reason"] != "kept", -(row["tokens_sum"] or 0)))
+    return pa.Table.from_pylist(
+        [
+            {"variant": name, "reason": row["reason"], "documents": row["id_count"], "tokens": row["tokens_sum"] or 0}
+            for row in rows
+        ],
+        schema=VARIANT_COUNTS,
+    )
 
 
 def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: dict, log) -> str:
@@ -381,18 +376,19 @@ def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: d
     path = folder.path("tokenizer.json")
     key = json.dumps([documents_stats["totals"], ablation.spec.tokenizer.vocab_size, ablation.documents.name])
     if (folder.read_json("_tokenizer.json") or {}).get("key") != key:
-        texts = [t for _, table in _documents(ablation.documents, ["text"]) for t in table.column(0).to_pylist()]
-        log(f"tokenizer: training a {ablation.spec.tokenizer.vocab_size}-token BPE on {len(texts):,} documents")
+        texts = (table.column("text").to_pylist() for table in _document_batches(ablation.documents, ["text"]))
+        log(f"tokenizer: training a {ablation.spec.tokenizer.vocab_size}-token BPE on every extracted document")
         train_tokenizer(texts, ablation.spec.tokenizer.vocab_size, f"{path}.partial")
         os.replace(f"{path}.partial", path)
         folder.write_json("_tokenizer.json", {"key": key})
     return path
 
 
-def _write_exclusions(ablation: Ablation, folder: OutputFolder, reference_texts: dict[str, list[str]], log) -> pa.Table:
-    """`decontamination.parquet` (n-grams shared with each reference set, per document) and `excluded.parquet`
-    (the documents sharing any, when `drop`); returns the former."""
-    overlap = decontaminate(ablation, reference_texts)
+def _write_exclusions(ablation: Ablation, folder: OutputFolder, reference_texts: dict[str, list[str]],
+                      tokenizer: TextTokenizer, log) -> pa.Table:  # fmt: skip
+    """`decontamination.parquet` (per document its tokens and the n-grams it shares with each reference set) and
+    `excluded.parquet` (the documents sharing any, when `drop`); returns the former."""
+    overlap = decontaminate(ablation, reference_texts, tokenizer)
     with folder.parquet_writer("decontamination.parquet", overlap.schema) as writer:
         writer.write(overlap)
     contaminated = np.zeros(overlap.num_rows, bool)
@@ -426,13 +422,12 @@ def _variant_job(ablation: Ablation, name: str, folder: OutputFolder, tokenizer_
 
 def _contamination_removed(selection: pa.Table, overlap: pa.Table, references: list[str]) -> dict:
     """Per reference set, the documents (and their shared n-grams) the variant lost to decontamination."""
-    row_of = dict(zip(overlap.column("id").to_pylist(), range(overlap.num_rows), strict=True))
     removed = selection.filter(pc.equal(selection.column("first_failure"), "excluded")).column("id")
-    rows = [row_of[doc_id] for doc_id in removed.to_pylist()]
+    lost = overlap.filter(pc.is_in(overlap.column("id"), value_set=removed.combine_chunks()))
     return {
         reference: {
-            "documents": int((overlap.column(reference).to_numpy()[rows] > 0).sum()),
-            "ngrams": int(overlap.column(reference).to_numpy()[rows].sum()),
+            "documents": int((lost.column(reference).to_numpy() > 0).sum()),
+            "ngrams": int(lost.column(reference).to_numpy().sum()),
         }
         for reference in references
     }
@@ -516,11 +511,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             texts, tokens = read_reference(path, tokenizer, reference.name, reference.max_tokens)
             reference_texts[reference.name] = texts
             reference_sets.append(tokens)
-        overlap = _write_exclusions(ablation, folder, reference_texts, log)
-        tokens_of = {}
-        for _, table in _documents(ablation.documents, ["id", "text"]):
-            encoded = tokenizer.encode(table.column("text").to_pylist())
-            tokens_of.update(zip(table.column("id").to_pylist(), map(len, encoded), strict=True))
+        overlap = _write_exclusions(ablation, folder, reference_texts, tokenizer, log)
 
         summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
         counts, specs = [], []
@@ -531,10 +522,10 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
                 summary["failed_runs"][name] = f"selection failed: {stats['failed_shards']}"
                 continue
             variant_folder = OutputFolder(job.output)
-            counts += _variant_counts(name, variant_folder, tokens_of)
             selection = pq.read_table(
                 variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
             )
+            counts.append(_variant_counts(name, selection, overlap))
             kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
             manifest = variant_folder.read_json("tokens/manifest.json")
             summary["variants"][name] = {
@@ -548,7 +539,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             provenance = _provenance(ablation, name, manifest, kept_ids, tokenizer_path, tokenizer.vocab_size)
             specs += _run_specs(ablation, name, job, provenance, reference_sets, tokenizer.vocab_size)
         with folder.parquet_writer("variants.parquet", VARIANT_COUNTS) as writer:
-            writer.write(pa.Table.from_pylist(counts, schema=VARIANT_COUNTS))
+            writer.write(pa.concat_tables([VARIANT_COUNTS.empty_table(), *counts]))
 
         done = {
             spec["name"]

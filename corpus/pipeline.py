@@ -168,7 +168,7 @@ def corpus_rules(job: Job) -> list[CorpusRule]:
     return [rule for rule in job_rules(job) if isinstance(rule, CorpusRule)]
 
 
-def _stored_batches(folder: OutputFolder, shard: Shard, batch_size: int, columns: list[str] | None = None):
+def stored_batches(folder: OutputFolder, shard: Shard, batch_size: int, columns: list[str] | None = None):
     import pyarrow.parquet as pq
 
     with folder.fs.open(folder.path(shard.documents_path), "rb") as fh:
@@ -189,7 +189,7 @@ def summarize_shard(job: Job, shard: Shard) -> dict:
         pass
     rules = corpus_rules(job)
     parts: dict[str, list] = {rule.name: [] for rule in rules}
-    for table in _stored_batches(folder, shard, job.read.batch_size, ["text", "url", "domain", "lang", "lang_score"]):
+    for table in stored_batches(folder, shard, job.read.batch_size, ["text", "url", "domain", "lang", "lang_score"]):
         docs = DocumentBatch.from_table(table)
         for rule in rules:
             parts[rule.name].append(rule.accumulate(docs))
@@ -208,7 +208,7 @@ def corpus_annotate_shard(job: Job, shard: Shard, combined: dict, key: str) -> d
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields(rules)])
     columns = ["id", "text", "url", "domain", "lang", "lang_score"]
     with folder.parquet_writer(shard.corpus_signals_path, schema) as writer:
-        for table in _stored_batches(folder, shard, job.read.batch_size, columns):
+        for table in stored_batches(folder, shard, job.read.batch_size, columns):
             docs = DocumentBatch.from_table(table)
             arrays = [table.column("id")]
             for rule in rules:
@@ -293,7 +293,7 @@ def reannotate_shard(job: Job, shard: Shard, report: dict, worker: str | None = 
     rules = document_rules(job)
     counts = StageCounts("annotate")
     with folder.parquet_writer(shard.documents_path, documents_schema(job)) as writer:
-        for table in _stored_batches(folder, shard, job.read.batch_size):
+        for table in stored_batches(folder, shard, job.read.batch_size):
             annotated = annotate_documents(table, rules)
             writer.write(add_dedup_keys(annotated.table, job.dedup))
             counts.merge(annotated.counts)
@@ -665,7 +665,7 @@ def _token_tables(job: Job, shard: Shard, kept, tokenizer, combined):
     options = job.tokenize
     row = 0
     columns = ["id", "text", "url", "domain", "lang", "lang_score"]
-    for table in _stored_batches(documents_folder(job), shard, options.row_group_documents, columns):
+    for table in stored_batches(documents_folder(job), shard, options.row_group_documents, columns):
         chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
         row += table.num_rows
         if chosen.num_rows:

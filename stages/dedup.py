@@ -132,9 +132,15 @@ def _shingles(offsets, word_hashes, ngram):
     return out_offsets, out[:n]
 
 
+def shingle_hashes(docs: DocumentBatch, ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, hashes): each document's shingles of `ngram` lower-cased words, as MinHash takes them (a text
+    shorter than `ngram` words is one shingle of all its words)."""
+    return _shingles(*docs.folded_words, ngram)
+
+
 def jaccard(first: DocumentBatch, second: DocumentBatch, ngram: int) -> np.ndarray:
     """Exact Jaccard similarity of the shingle sets (the MinHash shingles) of first[i] and second[i]."""
-    (a_offsets, a), (b_offsets, b) = (_shingles(*docs.folded_words, ngram) for docs in (first, second))
+    (a_offsets, a), (b_offsets, b) = (shingle_hashes(docs, ngram) for docs in (first, second))
     out = np.zeros(len(first), np.float64)
     for i in range(len(first)):
         x, y = np.unique(a[a_offsets[i] : a_offsets[i + 1]]), np.unique(b[b_offsets[i] : b_offsets[i + 1]])
