@@ -18,7 +18,6 @@ import html
 import io
 import json
 import tomllib
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,8 +104,21 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
     return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None)
 
 
-def _rule_of(reason: str) -> str:
-    return reason.split(".", 1)[0]
+def _rule_of(reasons: pa.Array) -> np.ndarray:
+    """The rule of each reason (`rule.signal.bound` -> `rule`; a dedup reason or `excluded` is its own), as an
+    object array (None where the reason is null)."""
+    return pc.list_element(pc.split_pattern(reasons, ".", max_splits=1), 0).to_numpy(zero_copy_only=False)
+
+
+def _failing_matrix(docs: pa.Table, names: list[str]) -> np.ndarray:
+    """(documents, rules) booleans: the document fails some threshold of the rule."""
+    failures = docs.column("failures").combine_chunks()
+    rules = _rule_of(pc.list_flatten(failures))
+    parents = pc.list_parent_indices(failures).to_numpy()
+    matrix = np.zeros((docs.num_rows, len(names)), bool)
+    for column, name in enumerate(names):
+        matrix[parents[rules == name], column] = True
+    return matrix
 
 
 def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
@@ -121,28 +133,28 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         return {"words": int(words[mask].sum()), "tokens": int(tokens[mask].sum()) if tokens is not None else None}
 
     kept = docs.column("kept").to_numpy(zero_copy_only=False)
-    first = docs.column("first_failure").to_pylist()
-    failures = [set(f or []) for f in docs.column("failures").to_pylist()]
-    failed_rules = [{_rule_of(reason) for reason in f} for f in failures]
+    first = docs.column("first_failure").combine_chunks()
+    first_rule = _rule_of(first)
     reasons = [t.reason for t in view.thresholds]
+    rule_names = list(dict.fromkeys(t.rule for t in view.thresholds))
+    fails = _failing_matrix(docs, rule_names)
     stages = view.stats["stages"]
 
     funnel = [{"step": "WARC records", "documents": view.stats["totals"]["records"], "words": None, "tokens": None}]
     funnel.append({"step": "HTML responses", "documents": stages["read"]["kept"], "words": None, "tokens": None})
     remaining = np.ones(len(docs), bool)
     funnel.append({"step": "extracted", "documents": len(docs), **amount(remaining)})
-    order = list(dict.fromkeys(_rule_of(r) for r in reasons))
-    order += [EXCLUDED] * (EXCLUDED in first) + [STEP_REASONS[step] for step in view.job.dedup.steps]
+    order = rule_names + [EXCLUDED] * bool((first_rule == EXCLUDED).any())
+    order += [STEP_REASONS[step] for step in view.job.dedup.steps]
     for rule in order:
-        remaining &= ~np.array([f is not None and _rule_of(f) == rule for f in first])
+        remaining &= first_rule != rule
         funnel.append({"step": rule, "documents": int(remaining.sum()), **amount(remaining)})
     funnel.append({"step": "kept", "documents": int(kept.sum()), **amount(kept)})
 
     rules = []
-    rule_names = list(dict.fromkeys(_rule_of(r) for r in reasons))
-    for rule in rule_names:
-        alone = np.array([rule in f for f in failed_rules])
-        exclusive = np.array([f == {rule} for f in failed_rules])
+    exclusive_of_all = fails & (fails.sum(axis=1) == 1)[:, None]
+    for column, rule in enumerate(rule_names):
+        alone, exclusive = fails[:, column], exclusive_of_all[:, column]
         rules.append(
             {
                 "rule": rule,
@@ -150,25 +162,23 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
                 **amount(alone),
                 "exclusive_documents": int(exclusive.sum()),
                 "exclusive": amount(exclusive),
-                "dropped_first": sum(1 for f in first if f and _rule_of(f) == rule),
+                "dropped_first": int((first_rule == rule).sum()),
             }
         )
-    failing = {reason: sum(1 for f in failures if reason in f) for reason in reasons}
-    overlap = [[sum(1 for f in failed_rules if a in f and b in f) for b in rule_names] for a in rule_names]
-    dedup = Counter(f for f in first if f and f.endswith("_duplicate"))
+    counted = {
+        row["values"]: row["counts"] for row in pc.value_counts(pc.list_flatten(docs.column("failures"))).to_pylist()
+    }
+    failing = {reason: counted.get(reason, 0) for reason in reasons}
+    overlap = (fails.T.astype(np.int64) @ fails.astype(np.int64)).tolist()
+    duplicates = [reason for reason in dict.fromkeys(first.drop_null().to_pylist()) if reason.endswith("_duplicate")]
+    dedup = {reason: int((first_rule == reason).sum()) for reason in duplicates}
 
     rng = np.random.default_rng(seed)
-    rule_objects = {rule.name: rule for rule in job_rules(view.job)}
-    samples = {}
+    sampled: dict[str, list[int]] = {}
     for rule in [*rule_names, *dedup]:
-        rows = (
-            np.flatnonzero([rule in f for f in failed_rules])
-            if rule in rule_names
-            else np.flatnonzero([f == rule for f in first])
-        )
-        chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
-        samples[rule] = [_document(view, row, rule_objects.get(rule)) for row in chosen]
-    near = {}
+        rows = np.flatnonzero(fails[:, rule_names.index(rule)] if rule in rule_names else first_rule == rule)
+        sampled[rule] = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
+    nearest: dict = {}
     for threshold in view.thresholds:
         values = docs.column(threshold.column)
         if pa.types.is_boolean(values.type) or threshold.value is None:
@@ -176,17 +186,30 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
         candidates = np.flatnonzero(kept & ~np.isnan(numbers))
         distance = np.abs(numbers[candidates] - float(threshold.value))
-        chosen = candidates[np.argsort(distance, kind="stable")[:sample]]
-        near[threshold.reason] = [_document(view, row, rule_objects.get(threshold.rule)) for row in chosen.tolist()]
+        nearest[threshold] = candidates[np.argsort(distance, kind="stable")[:sample]].tolist()
+    texts = _texts(view, [row for rows in [*sampled.values(), *nearest.values()] for row in rows])
+    rule_objects = {rule.name: rule for rule in job_rules(view.job)}
+    samples = {
+        rule: [_document(view, row, texts[row], rule_objects.get(rule)) for row in rows]
+        for rule, rows in sampled.items()
+    }
+    near = {
+        threshold.reason: [_document(view, row, texts[row], rule_objects.get(threshold.rule)) for row in rows]
+        for threshold, rows in nearest.items()
+    }
 
-    domains = Counter()
-    totals = Counter()
-    for domain, is_kept in zip(docs.column("domain").to_pylist(), kept, strict=True):
-        totals[domain] += 1
-        if not is_kept:
-            domains[domain] += 1
+    by_domain = (
+        pa.table({"domain": docs.column("domain"), "dropped": pc.invert(docs.column("kept")).cast(pa.int64())})
+        .group_by("domain")
+        .aggregate([("dropped", "sum"), ("dropped", "count")])
+        .to_pylist()
+    )
+    by_domain = sorted(
+        (row for row in by_domain if row["dropped_sum"]), key=lambda r: (-r["dropped_sum"], str(r["domain"]))
+    )
     top_domains = [
-        {"domain": domain, "dropped": n, "documents": totals[domain]} for domain, n in domains.most_common(20)
+        {"domain": row["domain"], "dropped": row["dropped_sum"], "documents": row["dropped_count"]}
+        for row in by_domain[:20]
     ]
     return {
         "job": view.job.name,
@@ -197,21 +220,31 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         "failing": failing,
         "thresholds": {t.reason: t.value for t in view.thresholds},
         "overlap": {"rules": rule_names, "matrix": overlap},
-        "dedup": dict(dedup),
+        "dedup": dedup,
         "samples": samples,
         "near_threshold": near,
         "domains": top_domains,
     }
 
 
-def _document(view: RunView, row: int, rule) -> dict:
+def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
+    """The stored texts of these rows of the view, one read per shard."""
     from corpus.pipeline import documents_folder, texts_at
 
+    folder = documents_folder(view.job)
+    wanted = np.unique(np.asarray(rows, np.int64))
+    shards = view.documents.column("shard").take(pa.array(wanted)).to_numpy(zero_copy_only=False)
+    within = view.documents.column("row").take(pa.array(wanted)).to_numpy()
+    texts: dict[int, str] = {}
+    for shard in np.unique(shards):
+        here = shards == shard
+        texts.update(zip(wanted[here].tolist(), texts_at(folder, shard, within[here]), strict=True))
+    return texts
+
+
+def _document(view: RunView, row: int, text: str, rule) -> dict:
     docs = view.documents
     url = docs.column("url")[row].as_py()
-    (text,) = texts_at(
-        documents_folder(view.job), docs.column("shard")[row].as_py(), np.array([docs.column("row")[row].as_py()])
-    )
     values = {
         t.column: docs.column(t.column)[row].as_py()
         for t in view.thresholds
