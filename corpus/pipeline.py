@@ -342,7 +342,8 @@ def dedup_shuffle_shard(job: Job, shard: Shard, work: dict, thresholds: list) ->
         return done
     columns = [STEP_KEYS[step], "date", *(["text"] if step == "url" else [])]
     signals, selected, _ = _rule_selection(job, shard, thresholds, columns)
-    dropped = [row for row, (s, _, _) in shard_decisions(job, shard, work["index"]).items() if s >= 0]
+    earlier = shard_decisions(job, shard, work["index"])
+    dropped = earlier["rows"][earlier["step"] >= 0]
     rows = np.setdiff1d(np.flatnonzero(selected.table.column("kept").to_numpy(zero_copy_only=False)), dropped)
     chosen = signals.take(pa.array(rows, pa.int64()))
     lengths = (
@@ -552,19 +553,30 @@ def _jaccard_with_roots(job: Job, shard: Shard, refs: np.ndarray, roots: np.ndar
     return jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
 
 
-def shard_decisions(job: Job, shard: Shard, steps: int) -> dict[int, tuple[int, str, int]]:
-    """The first `steps` dedup steps' decisions for a shard's rows that took part in a component: row -> (the step
-    that dropped it or -1, the id of the document its last component keeps, that component's size)."""
+def shard_decisions(job: Job, shard: Shard, steps: int) -> dict:
+    """The first `steps` dedup steps' decisions for a shard's rows that took part in a component, as
+    `apply_duplicates` takes them: `rows`, `step` (the step that dropped it, or -1), `cluster_id` and `cluster_size`
+    of the last component it was in."""
     import pyarrow.parquet as pq
 
     folder = OutputFolder(job.output)
-    decided: dict[int, tuple[int, str, int]] = {}
+    tables = [DECISIONS.empty_table().append_column("step", pa.array([], pa.int8()))]
     for index, step in enumerate(job.dedup.steps[:steps]):
         with folder.fs.open(folder.path("dedup", step, "decisions", f"{shard.id}.parquet"), "rb") as fh:
             table = pq.read_table(fh, schema=DECISIONS)
-        for row, dropped, cluster, size in zip(*(table.column(c).to_pylist() for c in DECISIONS.names), strict=True):
-            decided[row] = (index if dropped else -1, cluster, size)
-    return decided
+        step_of = pc.if_else(table.column("dropped"), index, -1).cast(pa.int8())
+        tables.append(table.append_column("step", step_of))
+    decided = pa.concat_tables(tables)
+    rows, order = decided.column("row").to_numpy(), np.arange(decided.num_rows)
+    by_row = np.lexsort((order, rows))  # a document's later step comes later: keep each row's last
+    last = by_row[np.r_[rows[by_row][1:] != rows[by_row][:-1], True]] if len(rows) else by_row
+    chosen = decided.take(pa.array(last, pa.int64()))
+    return {
+        "rows": chosen.column("row").to_numpy(),
+        "step": chosen.column("step").to_numpy(),
+        "cluster_id": chosen.column("cluster_id").to_pylist(),
+        "cluster_size": chosen.column("cluster_size").to_numpy(),
+    }
 
 
 def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
@@ -768,14 +780,7 @@ def select_shard(job: Job, shard: Shard, thresholds: list) -> dict:
     result = {"id": shard.id, "select": selected.counts.to_dict(), "failing": failing}
     table = selected.table
     if job.dedup.steps:
-        decided = shard_decisions(job, shard, len(job.dedup.steps))
-        decisions = {
-            "rows": np.array(list(decided), np.int64),
-            "step": np.array([step for step, _, _ in decided.values()], np.int8),
-            "cluster_id": [cluster for _, cluster, _ in decided.values()],
-            "cluster_size": np.array([size for _, _, size in decided.values()], np.int32),
-        }
-        deduped = apply_duplicates(table, job.dedup.steps, decisions)
+        deduped = apply_duplicates(table, job.dedup.steps, shard_decisions(job, shard, len(job.dedup.steps)))
         table = deduped.table
         result["dedup"] = deduped.counts.to_dict()
     with folder.parquet_writer(shard.selection_path, SELECTION) as writer:
