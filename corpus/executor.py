@@ -50,6 +50,7 @@ from corpus.pipeline import (
 )
 from corpus.progress import RunProgress
 from corpus.stats import summarize
+from stages.dedup import stars_converged
 
 
 class StaleOutput(JobError):
@@ -245,7 +246,7 @@ def deduplicate(job: Job, shards: list[Shard], thresholds: list, runner: Callabl
         if failed:
             return set(), failed
         checksums: list[tuple[int, int]] = []
-        while len(checksums) < 3 or len(set(checksums[-3:])) > 1:  # two rounds in a row changed nothing
+        while not stars_converged(checksums):
             r = len(checksums)
             if r == MAX_STAR_ROUNDS:
                 raise RuntimeError(f"dedup {step}: connected components did not converge in {r} rounds")

@@ -435,6 +435,12 @@ def star_step(a: np.ndarray, b: np.ndarray, large: bool) -> tuple[np.ndarray, np
     return x[linked], y[linked]
 
 
+def stars_converged(checksums: list[tuple[int, int]]) -> bool:
+    """Whether the star rounds are done, from the (count, checksum) of the edges each round read: two rounds in a
+    row (a large-star and a small-star) changed nothing."""
+    return len(checksums) >= 3 and len(set(checksums[-3:])) == 1
+
+
 def star_labels(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """At convergence (stars): each node of the partition and its component's label, its smallest node."""
     if len(a) == 0:
@@ -484,7 +490,7 @@ def components_in_memory(forests: list[pa.Table], step: str, partitions: int, me
              for p in range(partitions)]  # fmt: skip
     history, large = [], True
     largest = 0
-    while len(history) < 3 or len(set(history[-3:])) > 1:
+    while not stars_converged(history):
         history.append(tuple(np.sum([edge_checksum(*pair) for pair in edges], axis=0, dtype=object)))
         largest = max([largest, *(first.nbytes + second.nbytes for first, second in edges)])
         emitted = [star_step(*pair, large) for pair in edges]
