@@ -118,6 +118,9 @@ class TokenizeOptions(_Section):
     variant: str = Field("", description="the selection's name in the shards; empty = the job's name")
     shuffle_seed: int | None = Field(None, description="set: documents shuffled across all shards by this seed")
     shuffle_buckets: int = Field(16, ge=1, le=4096, description="with shuffle_seed: output groups, a Ray task each")
+    modifiers: list[str] | None = Field(
+        None, description="modifier rules applied to the training text (C4 lines, PII, line dedup); default: all"
+    )
 
 
 class RayOptions(_Section):
@@ -380,4 +383,11 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     if select:
         unselected = next(iter(select))
         raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules")
+    modifiers = [name for name in names if registry[name].rewrites_text()]
+    for name in job.tokenize.modifiers or []:
+        if name not in modifiers:
+            raise JobError(
+                f"{path}: key 'tokenize.modifiers': '{name}' is not a computed modifier "
+                f"(computed modifiers: {', '.join(modifiers) or 'none'})"
+            )
     return tuple(settings), tuple(thresholds)

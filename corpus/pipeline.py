@@ -582,13 +582,19 @@ def shard_decisions(job: Job, shard: Shard, steps: int) -> dict:
 def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
     """The texts a model trains on: the stored (extracted) texts through the corpus modifiers (line dedup, against
     the run's combined summary, whose line hashes come from these same texts), then the job's modifiers in
-    order (C4's line removal, PII masking)."""
+    order (C4's line removal, PII masking); only those `[tokenize] modifiers` names when it names any."""
+    chosen = job.tokenize.modifiers
+
+    def applies(rule) -> bool:
+        return chosen is None or rule.name in chosen
+
     texts = table.column("text").to_pylist()
     for rule in corpus_rules(job):
-        texts = rule.modify_texts(texts, combined[rule.name]) or texts
+        if applies(rule):
+            texts = rule.modify_texts(texts, combined[rule.name]) or texts
     docs = DocumentBatch.from_table(table).with_texts(texts)
     for rule in document_rules(job):
-        if rule.modifies_text:
+        if rule.modifies_text and applies(rule):
             docs = docs.with_texts(rule.modify(docs)[1])
     return docs.texts
 

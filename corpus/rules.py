@@ -100,6 +100,11 @@ class Rule:
         return None
 
     @classmethod
+    def rewrites_text(cls) -> bool:
+        """A modifier of the training text: per document (`modify`) or against the corpus (`modify_texts`)."""
+        return cls.modifies_text or (issubclass(cls, CorpusRule) and cls.modify_texts is not CorpusRule.modify_texts)
+
+    @classmethod
     def check(cls, options: BaseModel) -> None:
         """Called once at job load: raise ValueError saying what is wrong with these settings and what to do."""
 
