@@ -1,9 +1,12 @@
 """A small decoder-only language model trained on a run's token shards: the measuring instrument of ablations.
 
-`train_language_model(run, references, model, options)` streams the run's shards through `TokenDataset`, trains
-with AdamW, linear warmup then cosine decay and gradient clipping (bf16 autocast on CUDA), and scores held-out
+`train_language_model(run, references, model, options)` streams the run's shards (`TokenStream`, seeded shuffle),
+trains with AdamW, linear warmup then cosine decay and gradient clipping (bf16 autocast on CUDA), and scores held-out
 reference sets every `eval_every` steps and at the end: mean loss in nats per token, and bits per byte of the
-reference text, which compares models across tokenizers. The same seed on the same device gives the same losses.
+reference text, which compares models across tokenizers; and downstream proxy tasks (`corpus.downstream`): bits per
+byte of each gold answer and accuracy by per-character likelihood, with the tasks' mean bits per byte. The seed
+sets the initialisation and the data order (a seeded shuffle buffer over the packed sequences, new each pass), so
+variants trained with the same seed are paired; the same seed on the same device gives the same losses.
 Throughput is training tokens per second (evaluation excluded) and, on a GPU whose peak is known, the model FLOPs
 utilisation (MFU: 6 x matmul parameters + attention FLOPs per token, as PaLM's appendix B counts them).
 """
@@ -19,9 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
 
-from corpus.token_dataset import TokenDataset
+from corpus.downstream import TaskSet, task_scores
+from stages.tokenize import TokenStream
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class TrainOptions:
     device: str = "auto"  # "auto": CUDA when present
     threads: int = 0  # CPU threads torch uses (0: torch's default)
     compile: bool = True  # torch.compile the model on CUDA
+    shuffle_buffer: int = 1024  # sequences shuffled together, by the seed, on their way to the model
 
 
 # Dense bf16 peak FLOP/s by device name, for MFU.
@@ -99,11 +103,15 @@ class LanguageModel(nn.Module):
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The final normalised states, before the output layer (scoring projects only the positions it needs)."""
         x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
         for block in self.blocks:
             x = block(x)
-        return self.norm(x) @ self.tokens.weight.T
+        return self.norm(x)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.hidden(tokens) @ self.tokens.weight.T
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -139,26 +147,101 @@ def _learning_rate(step: int, options: TrainOptions) -> float:
 
 
 @torch.no_grad()
+def scored_nats(model: LanguageModel, sequences: list[np.ndarray], scored: list[int], device: torch.device,
+                batch_size: int = 0) -> np.ndarray:  # fmt: skip
+    """Per sequence (at most `seq_len + 1` tokens), the negative log-likelihood in nats of its last `scored[i]`
+    tokens given those before. Sequences of similar length are batched, padded on the right (causal: no effect),
+    and only the scored positions go through the output layer."""
+    model.eval()
+    batch_size = batch_size or (64 if device.type == "cuda" else 4)  # small batches stay in a CPU's cache
+    nats = np.zeros(len(sequences))
+    order = np.argsort([len(s) for s in sequences], kind="stable")
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(2, max(len(sequences[i]) for i in rows))
+        tokens = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width - 1), dtype=torch.bool)
+        for row, i in enumerate(rows):
+            end = len(sequences[i])
+            tokens[row, :end] = torch.from_numpy(sequences[i])
+            mask[row, end - 1 - scored[i] : end - 1] = True  # the targets that are scored
+        tokens, mask = tokens.to(device), mask.to(device)
+        states = model.hidden(tokens[:, :-1])[mask]
+        losses = F.cross_entropy((states @ model.tokens.weight.T).float(), tokens[:, 1:][mask], reduction="none")
+        owner = torch.arange(len(rows), device=device)[:, None].expand_as(mask)[mask]
+        per_row = torch.zeros(len(rows), device=device).index_add_(0, owner, losses)
+        nats[rows] = per_row.cpu().numpy()
+    model.train()
+    return nats
+
+
 def evaluate(model: LanguageModel, reference: ReferenceSet, device: torch.device) -> dict:
     """Loss on every token of every document (each scored in windows of the model's length, from its start)."""
-    model.eval()
-    nats, tokens = 0.0, 0
     length = model.config.seq_len
-    for document in reference.documents:
-        for start in range(0, len(document) - 1, length):
-            window = torch.tensor(document[start : start + length + 1], dtype=torch.long, device=device)
-            logits = model(window[:-1][None])
-            nats += F.cross_entropy(logits[0].float(), window[1:], reduction="sum").item()
-            tokens += len(window) - 1
-    model.train()
+    windows = [
+        document[start : start + length + 1]
+        for document in reference.documents
+        for start in range(0, len(document) - 1, length)
+    ]
+    nats = float(scored_nats(model, windows, [len(w) - 1 for w in windows], device).sum())
+    tokens = sum(len(w) - 1 for w in windows)
     return {"nats_per_token": nats / max(tokens, 1), "bits_per_byte": nats / math.log(2) / max(reference.text_bytes, 1)}
 
 
+def continuation_nats(model: LanguageModel, task: TaskSet, device: torch.device) -> np.ndarray:
+    """Each request's continuation negative log-likelihood (nats) given its context, the pair cut from the left to
+    the model's length."""
+    length = model.config.seq_len
+    pairs = zip(task.contexts, task.continuations, strict=True)
+    sequences = [np.concatenate([context, continuation])[-(length + 1) :] for context, continuation in pairs]
+    scored = [min(len(t), len(s) - 1) for t, s in zip(task.continuations, sequences, strict=True)]
+    return scored_nats(model, sequences, scored, device)
+
+
+def evaluate_tasks(model: LanguageModel, tasks: list[TaskSet], device: torch.device) -> dict[str, float]:
+    """Per task `<task>.bits_per_byte` and `<task>.accuracy`, and `downstream.bits_per_byte`, their mean."""
+    row = {}
+    for task in tasks:
+        for metric, value in task_scores(task, continuation_nats(model, task, device)).items():
+            row[f"{task.name}.{metric}"] = value
+    if tasks:
+        row["downstream.bits_per_byte"] = float(np.mean([row[f"{t.name}.bits_per_byte"] for t in tasks]))
+    return row
+
+
+def shuffled_batches(run: str | Path, seq_len: int, batch_size: int, buffer: int, seed: int, epoch: int):
+    """One pass over `run`'s packed sequences, as tensors of `batch_size` sequences, shuffled through a buffer of
+    `buffer` sequences by (`seed`, `epoch`); the last, smaller batch is dropped."""
+    rng = np.random.default_rng([seed, epoch])
+    pool: list[np.ndarray] = []
+    batch: list[np.ndarray] = []
+
+    def ordered():
+        for sequence in TokenStream(run, seq_len, drop_last=True):
+            pool.append(sequence)
+            if len(pool) >= buffer:
+                pick = int(rng.integers(len(pool)))
+                pool[pick], pool[-1] = pool[-1], pool[pick]
+                yield pool.pop()
+        yield from (pool[i] for i in rng.permutation(len(pool)))
+
+    for sequence in ordered():
+        batch.append(sequence)
+        if len(batch) == batch_size:
+            yield torch.from_numpy(np.stack(batch).astype(np.int64))
+            batch = []
+
+
 def train_language_model(
-    run: str | Path, references: list[ReferenceSet], config: ModelConfig, options: TrainOptions = TrainOptions()
+    run: str | Path,
+    references: list[ReferenceSet],
+    config: ModelConfig,
+    options: TrainOptions = TrainOptions(),
+    tasks: list[TaskSet] = (),
 ) -> list[dict]:
     """Train on `run`'s token shards (repeated as often as `steps` needs) and return one row per evaluation:
-    step, tokens seen, train loss (mean since the last row), eval losses per reference set, epochs of the data,
+    step, tokens seen, train loss (mean since the last row), eval losses per reference set, downstream task scores
+    (`evaluate_tasks`), epochs of the data,
     training tokens/s since the last row (evaluation excluded) and its MFU (None off CUDA or on an unknown GPU),
     parameters, device."""
     if options.threads:
@@ -183,14 +266,15 @@ def train_language_model(
     for step in range(options.steps):
         batch = next(batches, None)
         if batch is None:  # a pass over the shards is done: repeat the data (recorded as epochs)
-            loader = DataLoader(TokenDataset(run, config.seq_len), batch_size=options.batch_size, drop_last=True)
-            batches = iter(loader)
+            batches = shuffled_batches(
+                run, config.seq_len, options.batch_size, options.shuffle_buffer, options.seed, epochs
+            )
             epochs += 1
             batch = next(batches, None)
             if batch is None:
                 needed = options.batch_size * (config.seq_len + 1)
                 raise ValueError(f"{run} holds fewer than {needed} tokens (one batch): nothing to train on")
-        tokens = batch["tokens"].to(device, non_blocking=True)
+        tokens = batch.to(device, non_blocking=True)
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(step, options)
         with autocast:
@@ -209,6 +293,7 @@ def train_language_model(
             for reference in references:
                 for metric, value in evaluate(model, reference, device).items():
                     row[f"{reference.name}.{metric}"] = value
+            row |= evaluate_tasks(model, tasks, device)
             rows.append(
                 row
                 | {
