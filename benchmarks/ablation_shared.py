@@ -2,15 +2,16 @@
 
 Prepares, under `runs/shared-pages/` (once; `--fresh` starts over):
 - `inputs/*.warc.gz`: the HTML evaluation sets in ../shared/data (trafilatura's 923 pages, Mozilla Readability's
-  130, scrapinghub's 181 articles) packed into WARCs by the project's WARC writer, beside the shared WARCs that
-  `jobs/shared_pages.toml` reads as they are;
+  130, scrapinghub's 181 articles, Dragnet's 1,381 news and blog pages) packed into WARCs by the project's WARC
+  writer, beside the shared WARCs that `jobs/shared_pages.toml` reads as they are;
 - `references/`: WikiText-2 test articles (tokenisation undone) and scrapinghub's human-extracted article bodies;
   the pages those bodies come from are in the crawl, so decontamination has real work to do;
 - `quality.bin`: the fastText quality classifier, WikiText-2 validation articles against the shared pages' own text
   (resiliparse extraction), as DCLM trains it on reference text against random crawl.
 
-Then runs `jobs/ablation_shared.toml` on a local Ray cluster (extraction, signals, four variants, 4 x 3 training
-runs) and prints the report and the time of each phase.
+Then runs `jobs/ablation_shared.toml` on a local Ray cluster (extraction, signals, a leave-one-out variant per rule,
+dedup step and modifier plus the unfiltered text, three seeds each, scored on held-out text and downstream tasks)
+and prints the report and the time of each phase.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import gzip
 import json
 import shutil
 import sys
+import tarfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +29,8 @@ from pathlib import Path
 import real_documents
 from real_documents import SHARED, html_pages, wikitext_articles
 
-from corpus.ablation import load_ablation, run_ablation
+from corpus.ablation import run_ablation
+from corpus.ablation_job import load_ablation
 from corpus.classifier import TrainOptions, train
 from corpus.cli import main
 from corpus.sample import WarcWriter
@@ -65,6 +68,12 @@ def pack_pages(shared: Path) -> dict[str, int]:
         (entry["url"], gzip.decompress((shared / "html-scrapinghub-aeb" / "html" / f"{key}.html.gz").read_bytes()))
         for key, entry in sorted(truth.items())
     ]
+    with tarfile.open(shared / "html-dragnet" / "dragnet.tar.xz") as tar:  # no URLs: named by their file
+        sets["dragnet"] = [
+            (f"https://dragnet.invalid/{member.name.rsplit('/', 1)[-1]}", tar.extractfile(member).read())
+            for member in sorted(tar.getmembers(), key=lambda m: m.name)
+            if member.isfile() and "/input/" in member.name and member.name.endswith(".html")
+        ]
     counts = {}
     for source, pages in sets.items():
         writer = WarcWriter()
@@ -125,10 +134,9 @@ def run() -> None:
         removed = ", ".join(f"{ref} {c['documents']}" for ref, c in variant["contamination_removed"].items())
         print(
             f"{name:<24} {variant['documents']:>6,} documents {variant['tokens']:>10,} tokens "
-            f"repeat {variant['repeat_factor']:.2f}x; contaminated documents removed: {removed}"
+            f"passes {max(variant['passes'].values()):.2f}; contaminated documents removed: {removed}"
         )
-    main(["ablate", "report", ablation.output])
-    main(["ablate", "report", ablation.output, "--metric", "bits_per_byte"])
+    main(["ablate", "report", ablation.output, "--metrics", "*.bits_per_byte"])
     print(
         f"whole ablation, from the raw pages: {time.perf_counter() - started:,.0f} s "
         f"(of which the ablation job, documents run included: {summary['wall_seconds']:,.0f} s)"

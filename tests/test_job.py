@@ -129,17 +129,20 @@ def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
 
 
 def test_shipped_job_files_are_valid():
-    from corpus.ablation import AblationJob, load_ablation
+    from corpus.ablation_job import load_ablation, validated_spec
 
     for path in sorted((REPO / "jobs").glob("*.toml")):
         # Schema only: cc_main's inputs need the network, shared_pages' are made by benchmarks/ablation_shared.py.
-        model = AblationJob if path.name.startswith("ablation_") else Job
-        model.model_validate(tomllib.loads(path.read_text()))
+        if path.name.startswith("ablation_"):
+            validated_spec(path, tomllib.loads(path.read_text()))
+        else:
+            Job.model_validate(tomllib.loads(path.read_text()))
     assert load_job(REPO / "jobs" / "sample.toml").resolved_inputs == (str(SAMPLE_PATH),)
     sample = load_ablation(REPO / "jobs" / "ablation_sample.toml")
     assert list(sample.variants) == ["unfiltered", "rules", "rules_dedup"] and sample.baseline == "unfiltered"
     assert [job.dedup.steps for job in sample.variants.values()] == [[], [], ["url", "exact", "minhash"]]
     assert not sample.variants["unfiltered"].thresholds and sample.variants["rules"].thresholds
+    assert [job.tokenize.modifiers for job in sample.variants.values()] == [[], [], ["c4", "pii", "line_dedup"]]
 
 
 def test_readme_documents_every_job_key():
@@ -158,7 +161,7 @@ def test_readme_documents_every_job_key():
     sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
-    from corpus.ablation import AblationJob
+    from corpus.ablation_job import AblationJob
 
     ablation = readme[readme.index("| ablation key |") :]
     ablation = ablation[: ablation.index("\n\n")]
