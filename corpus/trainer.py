@@ -177,7 +177,7 @@ def scored_nats(model: LanguageModel, sequences: list[np.ndarray], scored: list[
         mask = torch.zeros((len(rows), width - 1), dtype=torch.bool)
         for row, i in enumerate(rows):
             end = len(sequences[i])
-            tokens[row, :end] = torch.from_numpy(sequences[i])
+            tokens[row, :end] = torch.tensor(sequences[i])  # a copy: arrays from Ray are read-only
             mask[row, end - 1 - scored[i] : end - 1] = True  # the targets that are scored
         tokens, mask = tokens.to(device), mask.to(device)
         states = model.hidden(tokens[:, :-1])[mask]

@@ -5,11 +5,13 @@ is beyond seed noise.
   averaging the last checkpoints lowers the noise of a small-scale comparison).
 - Variants share seeds (the same initialisation and data order per seed), so a variant is compared with the
   baseline seed by seed: Δ is the mean of the paired differences, its interval the t interval over those pairs
-  (`confidence`, two-sided).
+  (`confidence`, two-sided). Paired runs on nearly the same data differ consistently by tiny amounts: such a
+  verdict is real but small; read Δ beside the seed standard deviation before calling it worth keeping.
 - A run that passed over its variant's tokens more than `max_passes` times (Muennighoff et al. 2023: beyond ~4
   passes repetition, not data, decides the loss) gets no better/worse verdict: `data-limited`. So does a variant
-  whose loss-like metric turned up on most seeds (its best evaluation came before the last `last`): a small model
-  can overfit its data in fewer passes, and the metric then measures the repetition, not the data.
+  that repeated its data (over one pass) and whose loss-like metric turned up on most seeds (its best evaluation
+  came before the last `last`): a small model can overfit in fewer passes than the limit, and the metric then
+  measures the repetition, not the data.
 - Per metric, the signal-to-noise ratio is the spread between the variants' means (max - min, data-limited
   variants left out) over the seed standard deviation (pooled over variants); a metric whose ratio is below
   `decides_at` cannot rank these variants at this scale.
@@ -18,6 +20,7 @@ is beyond seed noise.
 
 from __future__ import annotations
 
+import json
 import math
 from fnmatch import fnmatch
 
@@ -64,7 +67,7 @@ def run_scores(results: pa.Table, metric: str, last: int) -> dict[tuple[str, str
                 "passes": rows[-1]["passes"],
                 "max_passes": rows[-1]["max_passes"],
                 "tokens_kept": rows[-1]["variant_tokens"],
-                "documents_sha256": rows[-1]["documents_sha256"],
+                "data": training_data(rows[-1]),
                 "baseline": rows[-1]["baseline"],
             },
         )
@@ -72,10 +75,17 @@ def run_scores(results: pa.Table, metric: str, last: int) -> dict[tuple[str, str
         entry["values"][seed] = float(np.mean(values[-last:]))
         entry["passes"] = max(entry["passes"], rows[-1]["passes"])
         best = int(np.argmin(values)) if lower_is_better(metric) else len(values) - 1
-        entry.setdefault("turned_up", []).append(best < len(values) - last)
+        repeated = rows[-1]["passes"] > 1  # under one pass a metric can wander, but not overfit by repetition
+        entry.setdefault("turned_up", []).append(repeated and best < len(values) - last)
     for entry in scores.values():
         entry["turned_up"] = sum(entry["turned_up"]) > len(entry["turned_up"]) / 2
     return scores
+
+
+def training_data(row: dict) -> tuple:
+    """What a run trained on: its documents and the modifiers applied to their text."""
+    modifiers = json.loads(row["selection"]).get("modifiers") if row.get("selection") else None
+    return row["documents_sha256"], json.dumps(modifiers)
 
 
 def limited_by(score: dict) -> str | None:
@@ -124,7 +134,7 @@ def verdict_rows(
             baseline = next((v for v in present if scores[model, v]["baseline"]), present[0])
             first_with_data: dict[str, str] = {}
             for variant in present:
-                first_with_data.setdefault(scores[model, variant]["documents_sha256"], variant)
+                first_with_data.setdefault(scores[model, variant]["data"], variant)
             base = scores[model, baseline]
             base_limited = limited_by(base)
             metric_rows = []
@@ -147,7 +157,7 @@ def verdict_rows(
                     verdict = "better" if (delta < 0) == lower_is_better(metric) else "worse"
                 else:
                     verdict = "within noise"
-                same = first_with_data[score["documents_sha256"]]
+                same = first_with_data[score["data"]]
                 metric_rows.append(
                     {
                         "model": model,

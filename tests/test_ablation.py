@@ -289,12 +289,18 @@ def test_a_variant_past_the_pass_limit_gets_no_better_or_worse_verdict():
     assert new["verdict"] == "data-limited" and new["data_limited"] and new["delta"] == pytest.approx(-1.0)
     assert math.isnan(new["snr"])  # one variant left to compare: no signal-to-noise
     assert new["limited_by"] == "4.5 passes > 4"
-    # Fewer passes, but the held-out metric turned up on most seeds (best before the last 2 evaluations): overfit.
-    overfit = _results({"base": [[3.0, 2.9, 2.8]] * 2, "new": [[3.0, 2.0, 2.5, 2.6], [3.0, 2.1, 2.4, 2.5]]})
-    new = verdict_rows(overfit, ["ref.bits_per_byte"], last=2)[1]
+    # Fewer passes than the limit, but repeated data and a held-out metric that turned up on most seeds (best
+    # before the last 2 evaluations): overfit.
+    curves = {"base": [[3.0, 2.9, 2.8]] * 2, "new": [[3.0, 2.0, 2.5, 2.6], [3.0, 2.1, 2.4, 2.5]]}
+    new = verdict_rows(_results(curves, passes={"new": 2.5}), ["ref.bits_per_byte"], last=2)[1]
     assert new["verdict"] == "data-limited" and new["limited_by"] == "turned up (overfit)"
-    # Accuracy has no turning point to read: there only the passes count.
-    assert verdict_rows(overfit, ["task.accuracy"], last=2)[1]["verdict"] != "data-limited"
+    # Accuracy has no turning point to read: there only the passes count, and the difference is judged (two seeds:
+    # t with one degree of freedom, 12.7, makes a wide interval).
+    accuracy = verdict_rows(_results(curves, passes={"new": 2.5}), ["task.accuracy"], last=2)[1]
+    assert accuracy["verdict"] == "within noise" and accuracy["delta"] == pytest.approx(0.035)
+    # Under one pass nothing repeats: the same curve is a metric that wandered, judged as it is.
+    wandered = verdict_rows(_results(curves, passes={"new": 0.5}), ["ref.bits_per_byte"], last=2)[1]
+    assert wandered["verdict"] == "within noise" and wandered["limited_by"] is None
     limited_base = _results({"base": [[3.0], [3.1]], "new": [[2.0], [2.1]]}, passes={"base": 5.0})
     assert [r["verdict"] for r in verdict_rows(limited_base, ["ref.bits_per_byte"], last=1)] == [
         "data-limited", "data-limited"
@@ -471,6 +477,7 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     out = capsys.readouterr().out
     assert "wider" in out and "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in out
     assert "without_language trained on exactly the documents of all" in out
+    assert "without_modify_c4 trained on" not in out  # the same documents, but their text cut differently
     assert main(["ablate", "report", str(folder), "--metrics", "nothing.*"]) == 2
     assert "no results file" in capsys.readouterr().err
     assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "nothing.*"]) == 2
