@@ -484,7 +484,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
         summary["models"] = [model.label for model in ablation.models]
         summary["steps"] = steps
         summary["max_passes"] = ablation.spec.train.max_passes
-        summary["evaluation"] = ablation.spec.evaluation.model_dump()
+        summary["evaluation"] = ablation.spec.evaluation.model_dump() | {"task_items": {t.name: t.items for t in tasks}}
         summary["wall_seconds"] = round(time.perf_counter() - started, 1)
         summary["references"] = [r.model_dump() for r in ablation.spec.references]
         folder.write_json("ablation.json", summary)

@@ -274,7 +274,7 @@ def _ablate_report(args: argparse.Namespace) -> int:
         known = ", ".join(metric_columns(results))
         print(f"corpus: no metric matches {args.metrics!r}; the results have: {known}", file=sys.stderr)
         return 2
-    rows = verdict_rows(results, metrics, last=last, confidence=confidence)
+    rows = verdict_rows(results, metrics, last=last, confidence=confidence, task_items=evaluation.get("task_items"))
     models = list(dict.fromkeys(row["model"] for row in rows))
     baseline = next(row["variant"] for row in rows if row["baseline"])
     table = Table(

@@ -119,10 +119,13 @@ def verdict_rows(
     last: int = 3,
     confidence: float = 0.95,
     decides_at: float = 2.0,
+    task_items: dict[str, int] | None = None,
 ) -> list[dict]:
     """One row per model, metric and variant: passes, mean and sample std over seeds, Δ from the baseline with
     its paired t interval, the verdict (one of `VERDICTS`), the metric's signal-to-noise ratio and whether it can
-    decide, and `same_data_as` (an earlier variant that trained on exactly the same documents)."""
+    decide, and `same_data_as` (an earlier variant that trained on exactly the same documents). `task_items`
+    (questions scored per task) puts a floor of one question under an accuracy's interval: accuracy moves in steps
+    of one question, so seeds can agree on a one-question difference and leave the t interval at zero."""
     metrics = metrics if metrics is not None else metric_columns(results, DEFAULT_METRICS)
     models = list(dict.fromkeys(results.column("model").to_pylist()))
     variants = list(dict.fromkeys(results.column("variant").to_pylist()))
@@ -145,6 +148,9 @@ def verdict_rows(
                 differences = np.array([score["values"][s] - base["values"][s] for s in seeds])
                 delta = float(differences.mean()) if len(differences) else float("nan")
                 half = paired_interval(differences, confidence)
+                task, _, kind = metric.rpartition(".")
+                if kind == "accuracy" and (task_items or {}).get(task) and not math.isnan(half):
+                    half = max(half, 1 / task_items[task])
                 reason = limited_by(score)
                 limited = reason is not None
                 if variant == baseline:

@@ -276,6 +276,12 @@ def test_the_verdict_pairs_seeds_and_takes_the_t_interval_of_the_mean_of_the_las
     assert new["snr"] == pytest.approx(0.116667 / pooled, rel=1e-4) and new["decides"] is False
     # Higher is better for accuracy: the same runs are better there too.
     assert verdict_rows(results, ["task.accuracy"], last=2)[1]["verdict"] == "better"
+    # Accuracy moves a question at a time: seeds that agree on one question of 10 leave the t interval at zero,
+    # and the floor of one question keeps that from being a finding.
+    steps = _results({"base": [[3.0], [3.5], [4.0]], "new": [[2.9], [3.4], [3.9]]})  # accuracy +0.01 on each seed
+    assert verdict_rows(steps, ["task.accuracy"], last=1)[1]["interval"] == pytest.approx(0, abs=1e-9)
+    floored = verdict_rows(steps, ["task.accuracy"], last=1, task_items={"task": 10})[1]
+    assert floored["interval"] == pytest.approx(0.1) and floored["verdict"] == "within noise"
     # A noisy difference: within noise; one seed: no interval.
     noisy = _results({"base": [[3.0], [3.5], [4.0]], "new": [[3.2], [3.3], [4.1]]})
     assert verdict_rows(noisy, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "within noise"
