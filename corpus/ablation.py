@@ -36,31 +36,11 @@ import pyarrow.parquet as pq
 
 from corpus import __version__
 from corpus.ablation_job import Ablation, ModelOptions
+from corpus.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
 from corpus.downstream import load_items, tokenize_task
 from corpus.job import Job, JobError
 from corpus.outputs import OutputFolder, content_sha256, load_once
 from stages.tokenize import TextTokenizer
-
-
-def _document_batches(job: Job, columns: list[str]):
-    """Tables of a complete run's stored documents (these columns), a batch at a time, in shard order."""
-    from corpus.pipeline import documents_folder, plan_shards, stored_batches
-
-    folder = documents_folder(job)
-    for shard in plan_shards(job):
-        yield from stored_batches(folder, shard, job.read.batch_size, columns)
-
-
-def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.ndarray:
-    """Per text, how many of its n-grams of `ngram` words (MinHash's shingles) occur in `reference` (sorted unique
-    n-gram hashes)."""
-    from corpus.text import DocumentBatch
-    from stages.dedup import shingle_hashes
-
-    offsets, hashes = shingle_hashes(DocumentBatch(texts), ngram)
-    found = np.isin(hashes, reference, assume_unique=False).astype(np.int64)
-    sums = np.concatenate([[0], np.cumsum(found)])
-    return (sums[offsets[1:]] - sums[offsets[:-1]]).astype(np.int32)
 
 
 def read_reference(path: str, tokenizer: TextTokenizer, name: str, max_tokens: int):
@@ -81,24 +61,6 @@ def read_reference(path: str, tokenizer: TextTokenizer, name: str, max_tokens: i
     if not documents:
         raise JobError(f"reference set '{name}' ({path}) holds no document of two tokens or more")
     return texts, ReferenceSet(name, documents, sum(len(t.encode()) for t in texts))
-
-
-def decontaminate(ablation: Ablation, reference_texts: dict[str, list[str]], tokenizer: TextTokenizer) -> pa.Table:
-    """Per stored document, in one pass over the texts: its id, its tokens (of the extracted text and a separator,
-    for the variants' counts) and, per reference set or task, how many of its n-grams the set holds."""
-    from corpus.text import DocumentBatch
-    from stages.dedup import shingle_hashes
-
-    ngram = ablation.spec.decontamination.ngram
-    sets = {name: np.unique(shingle_hashes(DocumentBatch(texts), ngram)[1]) for name, texts in reference_texts.items()}
-    parts = []
-    for table in _document_batches(ablation.documents, ["id", "text"]):
-        texts = table.column("text").to_pylist()
-        tokens = [len(ids) + 1 for ids in tokenizer.encode(texts)]  # + the separator, as the token shards count
-        columns = {"id": table.column("id"), "tokens": pa.array(tokens, pa.int64())}
-        columns.update({name: pa.array(overlap_counts(texts, hashes, ngram)) for name, hashes in sets.items()})
-        parts.append(pa.table(columns))
-    return pa.concat_tables(parts)
 
 
 def _code_version() -> str:
@@ -229,7 +191,7 @@ def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: d
     path = folder.path("tokenizer.json")
     key = json.dumps([documents_stats["totals"], ablation.spec.tokenizer.vocab_size, ablation.documents.name])
     if (folder.read_json("_tokenizer.json") or {}).get("key") != key:
-        texts = (table.column("text").to_pylist() for table in _document_batches(ablation.documents, ["text"]))
+        texts = (table.column("text").to_pylist() for table in document_batches(ablation.documents, ["text"]))
         log(f"tokenizer: training a {ablation.spec.tokenizer.vocab_size}-token BPE on every extracted document")
         train_tokenizer(texts, ablation.spec.tokenizer.vocab_size, f"{path}.partial")
         os.replace(f"{path}.partial", path)
@@ -253,27 +215,6 @@ def _scored_texts(ablation: Ablation, tokenizer: TextTokenizer) -> tuple[dict[st
     return texts, references, tasks
 
 
-def _write_exclusions(ablation: Ablation, folder: OutputFolder, scored_texts: dict[str, list[str]],
-                      tokenizer: TextTokenizer, log) -> pa.Table:  # fmt: skip
-    """`decontamination.parquet` (per document its tokens and the n-grams it shares with each reference set and
-    task) and `excluded.parquet` (the documents sharing any, when `drop`); returns the former."""
-    overlap = decontaminate(ablation, scored_texts, tokenizer)
-    with folder.parquet_writer("decontamination.parquet", overlap.schema) as writer:
-        writer.write(overlap)
-    contaminated = np.zeros(overlap.num_rows, bool)
-    for name in scored_texts:
-        contaminated |= overlap.column(name).to_numpy() > 0
-    dropped = contaminated if ablation.spec.decontamination.drop else np.zeros_like(contaminated)
-    excluded = overlap.select(["id"]).filter(pa.array(dropped))
-    with folder.parquet_writer("excluded.parquet", excluded.schema) as writer:
-        writer.write(excluded)
-    log(
-        f"decontamination: {int(contaminated.sum()):,} of {overlap.num_rows:,} documents share a "
-        f"{ablation.spec.decontamination.ngram}-gram with a reference set or task"
-    )
-    return overlap
-
-
 def _variant_job(ablation: Ablation, name: str, folder: OutputFolder, tokenizer_path: str) -> Job:
     """A variant's selection job with the ablation's exclusions and tokenizer (shuffled token shards)."""
     variant = ablation.variants[name]
@@ -287,19 +228,6 @@ def _variant_job(ablation: Ablation, name: str, folder: OutputFolder, tokenizer_
     return variant.model_copy(
         update={"exclude": folder.path("excluded.parquet"), "tokenize": variant.tokenize.model_copy(update=tokenize)}
     )
-
-
-def _contamination_removed(selection: pa.Table, overlap: pa.Table, references: list[str]) -> dict:
-    """Per reference set, the documents (and their shared n-grams) the variant lost to decontamination."""
-    removed = selection.filter(pc.equal(selection.column("first_failure"), "excluded")).column("id")
-    lost = overlap.filter(pc.is_in(overlap.column("id"), value_set=removed.combine_chunks()))
-    return {
-        reference: {
-            "documents": int((lost.column(reference).to_numpy() > 0).sum()),
-            "ngrams": int(lost.column(reference).to_numpy().sum()),
-        }
-        for reference in references
-    }
 
 
 def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[str], tokenizer_path: str) -> dict:
@@ -394,7 +322,7 @@ def _select_variants(ablation: Ablation, folder: OutputFolder, tokenizer_path: s
             "documents": manifest["documents"],
             "tokens": manifest["tokens"],
             "modifiers": job.tokenize.modifiers,
-            "contamination_removed": _contamination_removed(selection, overlap, scored),
+            "contamination_removed": contamination_removed(selection, overlap, scored),
             "stats": f"variants/{name}/stats.json",
         }
     return selected, counts
@@ -439,7 +367,13 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
         tokenizer_path = _tokenizer_file(ablation, folder, documents_stats, log)
         tokenizer = load_once(TextTokenizer, tokenizer_path, ablation.spec.tokenizer.separator)
         scored_texts, references, tasks = _scored_texts(ablation, tokenizer)
-        overlap = _write_exclusions(ablation, folder, scored_texts, tokenizer, log)
+        decontamination = ablation.spec.decontamination
+        overlap = decontaminate(ablation.documents, scored_texts, tokenizer, decontamination.ngram)
+        shared = write_exclusions(folder, overlap, list(scored_texts), decontamination.drop)
+        log(
+            f"decontamination: {shared:,} of {overlap.num_rows:,} documents share a {decontamination.ngram}-gram "
+            "with a reference set or task"
+        )
 
         summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
         selected, counts = _select_variants(

@@ -244,87 +244,9 @@ def _ablate_run(args: argparse.Namespace) -> int:
 
 
 def _ablate_report(args: argparse.Namespace) -> int:
-    import json
+    from corpus.ablation_report import print_report
 
-    import pyarrow.parquet as pq
-
-    from corpus.verdicts import DEFAULT_METRICS, metric_columns, ranking_agreement, verdict_rows
-
-    path = Path(args.results)
-    path = path / "results.parquet" if path.is_dir() else path
-    if not path.is_file():
-        print(f"corpus: no results file at {path}; run `corpus ablate run JOB` first", file=sys.stderr)
-        return 2
-    settings = path.parent / "ablation.json"
-    evaluation = json.loads(settings.read_text()).get("evaluation", {}) if settings.is_file() else {}
-    last = args.last or evaluation.get("last", 3)
-    confidence = args.confidence or evaluation.get("confidence", 0.95)
-    results = pq.read_table(path)
-    missing = {"model", "passes", "max_passes"} - set(results.column_names)
-    if missing:
-        print(
-            f"corpus: {path} was written by an older corpus (no {', '.join(sorted(missing))} columns); run "
-            "`corpus ablate run JOB` again: finished selections are reused, the runs retrain",
-            file=sys.stderr,
-        )
-        return 2
-    patterns = args.metrics.split(",") if args.metrics else list(DEFAULT_METRICS)
-    metrics = metric_columns(results, patterns)
-    if not metrics:
-        known = ", ".join(metric_columns(results))
-        print(f"corpus: no metric matches {args.metrics!r}; the results have: {known}", file=sys.stderr)
-        return 2
-    rows = verdict_rows(results, metrics, last=last, confidence=confidence, task_items=evaluation.get("task_items"))
-    models = list(dict.fromkeys(row["model"] for row in rows))
-    baseline = next(row["variant"] for row in rows if row["baseline"])
-    table = Table(
-        title=f"{path}\nper run: the mean of its last {last} evaluations; Δ vs '{baseline}' over paired seeds, "
-        f"with its {confidence:.0%} t interval"
-    )
-    columns = (["model"] if len(models) > 1 else []) + ["metric", "variant", "passes", "mean ± std", "Δ", "interval",
-                                                         "verdict", "SNR"]  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("model", "metric", "variant", "verdict") else "right")
-    for row in rows:
-        interval = "" if row["baseline"] or row["interval"] != row["interval"] else f"± {row['interval']:.4f}"
-        cells = [row["model"]] if len(models) > 1 else []
-        table.add_row(
-            *cells,
-            row["metric"],
-            row["variant"],
-            f"{row['passes']:.2f}",
-            f"{row['mean']:.4f} ± {row['std']:.4f} ({row['seeds']})",
-            "" if row["baseline"] else f"{row['delta']:+.4f}",
-            interval,
-            f"{row['verdict']} ({row['limited_by']})" if row["limited_by"] else row["verdict"],
-            f"{row['snr']:.1f}",
-        )
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
-    deciding = sorted({row["metric"] for row in rows if row["decides"]})
-    undecided = sorted({row["metric"] for row in rows if not row["decides"]})
-    console.print(
-        "signal-to-noise (spread between variants / seed std): "
-        + (f"can decide at this scale (≥ 2): {', '.join(deciding)}" if deciding else "no metric reaches 2")
-        + (f"; cannot: {', '.join(undecided)}" if undecided else "")
-    )
-    limited = sorted({row["variant"] for row in rows if row["data_limited"]})
-    if limited:
-        console.print(
-            "[yellow]data-limited (more passes over their tokens than allowed, or a held-out metric that turned up: "
-            f"it measures repetition, not data): {', '.join(limited)}; rerun with a smaller budget, "
-            'tokens = "auto" or a lower max_passes'
-        )
-    for variant, same in dict.fromkeys((row["variant"], row["same_data_as"]) for row in rows if row["same_data_as"]):
-        console.print(f"[yellow]{variant} trained on exactly the documents of {same}: its selection changed nothing")
-    for metric in metrics if len(models) > 1 else []:
-        for pair in ranking_agreement(rows, metric):
-            agree = "the same best variant" if pair["same_best"] else f"best {pair['best'][0]} vs {pair['best'][1]}"
-            console.print(
-                f"ladder {pair['models'][0]} → {pair['models'][1]} on {metric}: Kendall tau "
-                f"{pair['kendall_tau']:+.2f} over {pair['variants']} variants, {agree}"
-            )
-    return 0
+    return print_report(Path(args.results), args.metrics, args.last, args.confidence)
 
 
 def _run_report(args: argparse.Namespace):
