@@ -266,7 +266,10 @@ def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, steps:
                 "passes": run_passes,
                 "max_passes": ablation.spec.train.max_passes,
             }
-            settings = [facts, train, [r.model_dump() for r in ablation.spec.references], evaluation]
+            # Keyed by what changes the result; the code version is recorded, not compared: a commit that touches
+            # no training code must not retrain a finished ablation (delete `runs/` to retrain after one that does).
+            recorded = {key: value for key, value in facts.items() if key != "code_version"}
+            settings = [recorded, train, [r.model_dump() for r in ablation.spec.references], evaluation]
             specs.append(
                 {
                     "name": f"{name}-{model.label}-seed{seed}",
