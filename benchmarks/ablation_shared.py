@@ -29,11 +29,11 @@ from pathlib import Path
 import real_documents
 from real_documents import SHARED, html_pages, wikitext_articles
 
-from corpus.ablation import run_ablation
-from corpus.ablation_job import load_ablation
-from corpus.classifier import TrainOptions, train
 from corpus.cli import main
-from corpus.sample import WarcWriter
+from corpus.config.ablation import load_ablation
+from corpus.lab.ablation import run_ablation
+from corpus.lab.classifier import TrainOptions, train
+from corpus.sample.generate import WarcWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "runs" / "shared-pages"

@@ -23,7 +23,7 @@ def main() -> None:
 
     import fasttext
 
-    from corpus.classifier import QualityModel, train
+    from corpus.lab.classifier import QualityModel, train
 
     documents = real_documents(args.shared)
     texts = documents.column("text").to_pylist()

@@ -64,10 +64,10 @@ def datasketch_shingles(texts: list[str]) -> list[list[bytes]]:
 
 
 def signatures_section(texts: list[str], datatrove_python: str | None) -> None:
+    from corpus.stages.dedup import _minhash, minhash_signatures, permutations
     from datasketch import MinHash
 
-    from corpus.text import DocumentBatch
-    from stages.dedup import _minhash, minhash_signatures, permutations
+    from corpus.text.batch import DocumentBatch
 
     a, b = permutations(PERMUTATIONS, 1)
     minhash_signatures(DocumentBatch(texts[:20]), NGRAM, a, b)  # compile
@@ -120,10 +120,10 @@ def lsh_section(texts: list[str]) -> None:
     """Over the real documents and edited copies of 2,000 of them (5 % of words changed), so pairs exist."""
     import random
 
+    from corpus.stages.dedup import band_hashes, minhash_signatures, permutations
     from datasketch import MinHash, MinHashLSH
 
-    from corpus.text import DocumentBatch
-    from stages.dedup import band_hashes, minhash_signatures, permutations
+    from corpus.text.batch import DocumentBatch
 
     rng = random.Random(1)
     edited = [" ".join(w if rng.random() > 0.05 else "x" for w in text.split()) for text in texts[:2000]]
@@ -206,8 +206,7 @@ def whole_section(docs) -> None:
     """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> star rounds
     (connected components) -> the document each component keeps."""
     import pyarrow as pa
-
-    from stages.dedup import (
+    from corpus.stages.dedup import (
         _minhash,
         band_hashes,
         components_in_memory,
@@ -276,7 +275,7 @@ def whole_section(docs) -> None:
 def main() -> None:
     args = benchmark_arguments(__doc__, datatrove=True)
 
-    from corpus.text import DocumentBatch
+    from corpus.text.batch import DocumentBatch
 
     texts = real_documents(args.shared).column("text").to_pylist()
     words = sum(len(t.split()) for t in texts) / len(texts)

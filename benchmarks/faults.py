@@ -142,8 +142,8 @@ def cases(base: bytes) -> dict[str, Callable[[], bytes]]:
 
 def run_case(name: str, data: bytes, base_path: Path, work: Path) -> dict:
     """The job over the intact crawl and the case's file; what happened."""
-    from corpus.executor import run_job
-    from corpus.job import load_job
+    from corpus.config.job import load_job
+    from corpus.engine.executor import run_job
 
     folder = work / name.replace(" ", "-").replace(",", "")
     folder.mkdir(parents=True)
@@ -225,8 +225,8 @@ def _wait_for_shards(out: Path, count: int, deadline_s: float = 240) -> None:
 def _in_thread(job_file: Path, result: dict):
     import threading
 
-    from corpus.executor import run_job
-    from corpus.job import load_job
+    from corpus.config.job import load_job
+    from corpus.engine.executor import run_job
 
     def run() -> None:
         with open(os.devnull, "w") as quiet:
@@ -363,8 +363,8 @@ def _rows(path: Path) -> int:
 
 
 def process_main(inputs: list[str], work: Path) -> None:
-    from corpus.executor import run_job
-    from corpus.job import load_job
+    from corpus.config.job import load_job
+    from corpus.engine.executor import run_job
 
     body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'
     clean_out = work / "clean"

@@ -38,10 +38,8 @@ def build_input(folder: Path, copies: int, shared: Path) -> Path:
 
 
 def bench_read(path: Path):
+    from corpus.stages.read import ReadOptions, read_records
     from warcio.archiveiterator import ArchiveIterator
-
-    from corpus.job import ReadOptions
-    from stages.read import read_records
 
     started = time.perf_counter()
     records = pages = 0
@@ -63,9 +61,8 @@ def bench_read(path: Path):
 
 
 def decoded_pages(path: Path) -> list[tuple[str, str]]:
-    from corpus.job import ReadOptions
-    from stages.extract import decode_html
-    from stages.read import read_records
+    from corpus.stages.extract import decode_html
+    from corpus.stages.read import ReadOptions, read_records
 
     pages = []
     with open(path, "rb") as fh:
@@ -76,7 +73,7 @@ def decoded_pages(path: Path) -> list[tuple[str, str]]:
 
 
 def bench_extraction_alone(pages, extractor: str) -> float:
-    from stages.extract import main_text_function
+    from corpus.stages.extract import main_text_function
 
     extract = main_text_function(
         extractor, {"favor_precision": True, "include_comments": False, "include_tables": True}
@@ -92,8 +89,8 @@ def bench_whole_job(path: Path, folder: Path, extractor: str) -> tuple[float, fl
     """(wall seconds including Ray's start, seconds inside the shard task, stats)."""
     import ray
 
-    from corpus.executor import run_job
-    from corpus.job import load_job
+    from corpus.config.job import load_job
+    from corpus.engine.executor import run_job
 
     job_path = folder / "bench.toml"
     job_path.write_text(

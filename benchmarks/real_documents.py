@@ -74,11 +74,9 @@ def html_pages(shared: Path) -> list[tuple[str, bytes, str | None]]:
 
 
 def build(shared: Path) -> pa.Table:
+    from corpus.stages.extract import decode_html
+    from corpus.stages.read import ReadOptions, read_records
     from resiliparse.extract.html2text import extract_plain_text
-
-    from corpus.job import ReadOptions
-    from stages.extract import decode_html
-    from stages.read import read_records
 
     documents: list[dict] = []
     for page_id, data, url in html_pages(shared):
@@ -111,7 +109,7 @@ def build(shared: Path) -> pa.Table:
                 if name.endswith(".txt"):
                     text = zf.read(name).decode(encoding, "replace")
                     documents += _chunks(text, f"{archive}/{name}")
-    from stages.extract import identify_languages
+    from corpus.stages.extract import identify_languages
 
     langs, _ = identify_languages([d["text"] for d in documents], "", 10_000)
     for document, lang in zip(documents, langs, strict=True):

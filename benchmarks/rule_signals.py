@@ -49,7 +49,7 @@ print(json.dumps({"seconds": time.perf_counter() - started, "kept": kept, "docum
 
 
 def our_rules(shared: Path):
-    from corpus.rules import discover
+    from corpus.rulebook import discover
 
     registry = discover()
     lists = shared / "lists-datatrove"
@@ -83,10 +83,10 @@ def main() -> None:
     args = benchmark_arguments(__doc__, datatrove=True)
 
     import pyarrow as pa
+    from corpus.rules.url import hashed_list
+    from corpus.stages.annotate import annotate_documents
 
-    from corpus.text import DocumentBatch
-    from rules.url import hashed_list
-    from stages.annotate import annotate_documents
+    from corpus.text.batch import DocumentBatch
 
     documents = real_documents(args.shared)
     words = sum(len(t.split()) for t in documents.column("text").to_pylist()) / documents.num_rows
@@ -112,7 +112,7 @@ def main() -> None:
             "lang_score": pa.array([1.0] * documents.num_rows, pa.float32()),
         }
     )
-    from corpus.schema import DOCUMENTS
+    from corpus.stages.schema import DOCUMENTS
 
     table = pa.table(
         {
@@ -121,7 +121,7 @@ def main() -> None:
         },
         schema=DOCUMENTS,
     )
-    from corpus.rules import CorpusRule
+    from corpus.rulebook import CorpusRule
 
     document_rules = [rule for rule in rules if not isinstance(rule, CorpusRule)]
     corpus_rules = [rule for rule in rules if isinstance(rule, CorpusRule)]

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corpus.classifier import TrainOptions
-from corpus.job import JobError, load_job
-from corpus.outputs import OutputLocked
+from corpus.config.job import JobError, load_job
+from corpus.engine.run_folder import OutputLocked
+from corpus.lab.classifier import TrainOptions
 
 
 def summary_table(stats: dict) -> Table:
@@ -46,7 +46,7 @@ def summary_table(stats: dict) -> Table:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from corpus.executor import run_job
+    from corpus.engine.executor import run_job
 
     console = Console(width=None if sys.stdout.isatty() else 110)
     try:
@@ -75,7 +75,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from stages.tokenize import train_tokenizer
+    from corpus.stages.tokenize import train_tokenizer
 
     run = Path(args.run)
     selection = pq.read_table(run / "selection", columns=["id", "kept"])
@@ -92,7 +92,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from corpus.sample import write_sample_warc
+    from corpus.sample.generate import write_sample_warc
 
     count = write_sample_warc(args.out)
     print(f"wrote {count} pages to {args.out}")
@@ -100,7 +100,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _rules_list(args: argparse.Namespace) -> int:
-    from corpus.rules import discover
+    from corpus.rulebook import discover
 
     console = Console(soft_wrap=True)
     for name, rule in discover().items():
@@ -119,7 +119,7 @@ def _documents_to_try(paths: list[str], limit: int):
     """(name, text, url, lang) from text, HTML or documents-Parquet files."""
     import pyarrow.parquet as pq
 
-    from stages.extract import decode_html, identify_languages, main_text_function
+    from corpus.stages.extract import decode_html, identify_languages, main_text_function
 
     for path in paths:
         if path.endswith(".parquet"):
@@ -146,9 +146,9 @@ def _rules_try(args: argparse.Namespace) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from corpus.rules import CorpusRule, discover
-    from corpus.text import DocumentBatch
-    from stages.select import default_thresholds
+    from corpus.rulebook import CorpusRule, discover
+    from corpus.stages.select import default_thresholds
+    from corpus.text.batch import DocumentBatch
 
     registry = discover()
     if args.rule not in registry:
@@ -199,7 +199,7 @@ def _rules_try(args: argparse.Namespace) -> int:
 
 
 def _classifier_train(args: argparse.Namespace) -> int:
-    from corpus.classifier import ClassifierError, read_texts, report_path, train
+    from corpus.lab.classifier import ClassifierError, read_texts, report_path, train
 
     try:
         options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
@@ -213,7 +213,7 @@ def _classifier_train(args: argparse.Namespace) -> int:
 
 
 def _classifier_eval(args: argparse.Namespace) -> int:
-    from corpus.classifier import ClassifierError, QualityModel, evaluate, read_texts
+    from corpus.lab.classifier import ClassifierError, QualityModel, evaluate, read_texts
 
     try:
         result = evaluate(QualityModel(args.model), read_texts(args.positive), read_texts(args.negative))
@@ -225,8 +225,8 @@ def _classifier_eval(args: argparse.Namespace) -> int:
 
 
 def _ablate_run(args: argparse.Namespace) -> int:
-    from corpus.ablation import run_ablation
-    from corpus.ablation_job import load_ablation
+    from corpus.config.ablation import load_ablation
+    from corpus.lab.ablation import run_ablation
 
     try:
         ablation = load_ablation(args.job, output=args.output)
@@ -244,14 +244,14 @@ def _ablate_run(args: argparse.Namespace) -> int:
 
 
 def _ablate_report(args: argparse.Namespace) -> int:
-    from corpus.ablation_report import print_report
+    from corpus.report.ablation_report import print_report
 
     return print_report(Path(args.results), args.metrics, args.last, args.confidence)
 
 
 def _run_report(args: argparse.Namespace):
     """(the run's view, its report data) for `report` and `inspect`; None after printing why it cannot be read."""
-    from corpus.report import load_run, report_data
+    from corpus.report.run_report import load_run, report_data
 
     try:
         view = load_run(args.run, args.select)
@@ -262,7 +262,7 @@ def _run_report(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace) -> int:
-    from corpus.report import signal_histograms, write_html
+    from corpus.report.run_report import signal_histograms, write_html
 
     loaded = _run_report(args)
     if loaded is None:

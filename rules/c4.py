@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from corpus.rules import Rule, Signal, Span, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import Rule, Signal, Span, register
+from corpus.text.batch import DocumentBatch
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 END_PUNCTUATION = (".", "?", "!", '"', "'")

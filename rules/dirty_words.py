@@ -15,8 +15,8 @@ from functools import cache
 import numpy as np
 import pyarrow as pa
 
-from corpus.rules import FilePath, Rule, RuleOptions, Signal, Span, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, Span, register
+from corpus.text.batch import DocumentBatch
 
 UNSPACED_LANGUAGES = {"ja", "zh", "th", "ko"}
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from corpus.rules.gopher_repetition import duplicates
 
-from corpus.rules import Rule, Signal, Span, register
-from corpus.text import TERMINAL_PUNCTUATION, DocumentBatch
-from rules.gopher_repetition import duplicates
+from corpus.rulebook import Rule, Signal, Span, register
+from corpus.text.batch import TERMINAL_PUNCTUATION, DocumentBatch
 
 SHORT_LINE_CHARS = 30
 ENDINGS = tuple(TERMINAL_PUNCTUATION)

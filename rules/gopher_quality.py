@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from corpus.rules import Rule, Signal, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import Rule, Signal, register
+from corpus.text.batch import DocumentBatch
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 

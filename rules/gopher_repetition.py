@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rules import Rule, Signal, Span, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import Rule, Signal, Span, register
+from corpus.text.batch import DocumentBatch
 
 TOP_NGRAMS = {2: 0.20, 3: 0.18, 4: 0.16}
 DUP_NGRAMS = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}

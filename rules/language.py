@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from corpus.rules import Rule, RuleOptions, Signal, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import Rule, RuleOptions, Signal, register
+from corpus.text.batch import DocumentBatch
 
 
 @register

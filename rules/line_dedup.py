@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rules import CorpusRule, RuleOptions, Signal, register
-from corpus.text import DocumentBatch
-from corpus.words import DIGIT, FNV_OFFSET, FNV_PRIME, SPACE, character_classes, lower_case_table
+from corpus.rulebook import CorpusRule, RuleOptions, Signal, register
+from corpus.text.batch import DocumentBatch
+from corpus.text.words import DIGIT, FNV_OFFSET, FNV_PRIME, SPACE, character_classes, lower_case_table
 
 
 @njit(cache=True)

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rules import Rule, Signal, Span, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import Rule, Signal, Span, register
+from corpus.text.batch import DocumentBatch
 
 MAX_PERIOD = 13
 

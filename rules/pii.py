@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rules import Rule, Signal, Span, register
-from corpus.text import DocumentBatch
-from corpus.words import DIGIT, character_classes
+from corpus.rulebook import Rule, Signal, Span, register
+from corpus.text.batch import DocumentBatch
+from corpus.text.words import DIGIT, character_classes
 
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 IP_ADDRESS = re.compile(

@@ -13,12 +13,12 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+from corpus.rules.pii import mask_pii
 from numba import njit
 
-from corpus.rules import CorpusRule, Signal, register
-from corpus.text import DocumentBatch
-from corpus.words import SPACE, character_classes
-from rules.pii import mask_pii
+from corpus.rulebook import CorpusRule, Signal, register
+from corpus.text.batch import DocumentBatch
+from corpus.text.words import SPACE, character_classes
 
 
 @njit(cache=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from corpus.classifier import QualityModel
-from corpus.outputs import load_once
-from corpus.rules import FilePath, Rule, RuleOptions, Signal, register
-from corpus.text import DocumentBatch
+from corpus.engine.run_folder import load_once
+from corpus.lab.classifier import QualityModel
+from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, register
+from corpus.text.batch import DocumentBatch
 
 
 @register

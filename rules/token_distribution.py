@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rules import CorpusRule, RuleOptions, Signal, register
-from corpus.text import DocumentBatch
+from corpus.rulebook import CorpusRule, RuleOptions, Signal, register
+from corpus.text.batch import DocumentBatch
 
 BUCKETS = 1 << 22
 

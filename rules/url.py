@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rules import FilePath, Rule, RuleOptions, Signal, Span, register
-from corpus.text import FNV_OFFSET, FNV_PRIME, DocumentBatch, stable_hashes
+from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, Span, register
+from corpus.text.batch import FNV_OFFSET, FNV_PRIME, DocumentBatch, stable_hashes
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 

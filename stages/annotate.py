@@ -10,11 +10,18 @@ from __future__ import annotations
 import time
 
 import pyarrow as pa
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
+from corpus.stages.schema import DOCUMENTS
+from pydantic import Field
 
-from corpus.accounting import StageCounts, StageResult
-from corpus.rules import Rule
-from corpus.schema import DOCUMENTS
-from corpus.text import DocumentBatch
+from corpus.rulebook import Rule
+from corpus.text.batch import DocumentBatch
+
+
+class AnnotateOptions(StageOptions):
+    rules: list[str] | None = Field(None, description="rules to compute, in order; default: every registered rule")
+
 
 STAGE = "annotate"
 

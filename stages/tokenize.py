@@ -20,8 +20,23 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
+from pydantic import Field
 
-from corpus.accounting import StageCounts, StageResult
+
+class TokenizeOptions(StageOptions):
+    tokenizer: str = Field("", description="a tokenizer.json or <encoding>.tiktoken file; empty = no token shards")
+    separator: str = Field("<|endoftext|>", description="the token after every document")
+    tokens_per_shard: int = Field(100_000_000, ge=1, description="a token shard is closed past this many tokens")
+    row_group_documents: int = Field(1000, ge=1, description="documents per Parquet row group")
+    variant: str = Field("", description="the selection's name in the shards; empty = the job's name")
+    shuffle_seed: int | None = Field(None, description="set: documents shuffled across all shards by this seed")
+    shuffle_buckets: int = Field(16, ge=1, le=4096, description="with shuffle_seed: output groups, a Ray task each")
+    modifiers: list[str] | None = Field(
+        None, description="modifier rules applied to the training text (C4 lines, PII, line dedup); default: all"
+    )
+
 
 STAGE = "tokenize"
 END_OF_TEXT = "<|endoftext|>"

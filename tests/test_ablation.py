@@ -14,16 +14,16 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
 
-from corpus.executor import run_job
-from corpus.job import JobError, load_job
-from corpus.sample import SAMPLE_PATH
+from corpus.config.job import JobError, load_job
+from corpus.engine.executor import run_job
+from corpus.sample.generate import SAMPLE_PATH
 
 pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")
 
-from corpus.ablation import run_ablation, training_steps  # noqa: E402
-from corpus.ablation_job import load_ablation  # noqa: E402
-from corpus.downstream import installed_tasks_folder  # noqa: E402
-from corpus.verdicts import verdict_rows  # noqa: E402
+from corpus.config.ablation import load_ablation  # noqa: E402
+from corpus.lab.ablation import run_ablation, training_steps  # noqa: E402
+from corpus.lab.downstream import installed_tasks_folder  # noqa: E402
+from corpus.lab.verdicts import verdict_rows  # noqa: E402
 
 DOCUMENTS_JOB = """name = "documents"
 inputs = ["crawl.warc.gz"]
@@ -429,7 +429,7 @@ def _leave_one_out(tmp_path, quoted_id: str):
     assert sorted(set(results["model"].to_pylist())) == ["d32L1", "wider"]
     rows = verdict_rows(results, ["quoted.bits_per_byte"], last=2)  # two evaluations: none can turn up
     assert len(rows) == 2 * 6 and {r["verdict"] for r in rows if not r["baseline"]} == {"one seed"}
-    from corpus.verdicts import ranking_agreement
+    from corpus.lab.verdicts import ranking_agreement
 
     (agreement,) = ranking_agreement(rows, "quoted.bits_per_byte")
     assert agreement["models"] == ("d32L1", "wider") and agreement["variants"] == 6

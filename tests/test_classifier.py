@@ -11,7 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import real_documents_module, shared, write_job
 
-from corpus.classifier import (
+from corpus.cli import main
+from corpus.config.job import JobError, load_job
+from corpus.engine.executor import run_job
+from corpus.lab.classifier import (
     ClassifierError,
     QualityModel,
     TrainOptions,
@@ -21,10 +24,7 @@ from corpus.classifier import (
     read_texts,
     train,
 )
-from corpus.cli import main
-from corpus.executor import run_job
-from corpus.job import JobError, load_job
-from corpus.sample import SAMPLE_PATH
+from corpus.sample.generate import SAMPLE_PATH
 
 SMALL = TrainOptions(bucket=50_000)  # a 13 MB model instead of fastText's 2M-row 500 MB default
 

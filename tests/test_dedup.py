@@ -11,12 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import real_documents, shared, write_job
-
-from corpus.executor import run_job
-from corpus.job import load_job
-from corpus.sample import SAMPLE_PATH
-from corpus.text import DocumentBatch
-from stages.dedup import (
+from corpus.stages.dedup import (
     FOREST,
     band_hashes,
     components_in_memory,
@@ -31,6 +26,11 @@ from stages.dedup import (
     shuffle_rows,
     text_keys,
 )
+
+from corpus.config.job import load_job
+from corpus.engine.executor import run_job
+from corpus.sample.generate import SAMPLE_PATH
+from corpus.text.batch import DocumentBatch
 
 PERMUTATIONS = 112
 REASONS = ("url_duplicate", "exact_duplicate", "minhash_duplicate")
@@ -303,7 +303,7 @@ def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
 
 
 def test_a_shard_dropped_from_the_job_leaves_no_trace_in_dedup(tmp_path):
-    from corpus.sample import build_sample
+    from corpus.sample.generate import build_sample
 
     data, _ = build_sample()
     cut = data.index(b"\x1f\x8b\x08", len(data) // 2)

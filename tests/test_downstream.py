@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from corpus.downstream import TaskError, TaskItem, check_tasks, load_items, task_scores, tokenize_task
+from corpus.lab.downstream import TaskError, TaskItem, check_tasks, load_items, task_scores, tokenize_task
 
 
 def _write(folder, task: str, docs: list[tuple[str, list[str], int]], fmt: str = "rc_0shot") -> None:
@@ -65,7 +65,7 @@ def test_scored_nats_equal_a_plain_forward_pass_per_sequence():
     torch = pytest.importorskip("torch")
     from torch.nn import functional as F
 
-    from corpus.trainer import LanguageModel, ModelConfig, continuation_nats
+    from corpus.lab.trainer import LanguageModel, ModelConfig, continuation_nats
 
     torch.manual_seed(0)
     model = LanguageModel(ModelConfig(vocab_size=97, seq_len=16, d_model=16, n_layers=1, n_heads=2))

@@ -9,11 +9,9 @@ import threading
 import pyarrow as pa
 import pytest
 from conftest import shared
-
-from corpus.job import ExtractOptions, ReadOptions
-from corpus.schema import DOCUMENTS, RECORDS
-from stages.extract import ExtractionWatchdog, decode_html, extract_documents
-from stages.read import read_records
+from corpus.stages.extract import ExtractionWatchdog, ExtractOptions, decode_html, extract_documents
+from corpus.stages.read import ReadOptions, read_records
+from corpus.stages.schema import DOCUMENTS, RECORDS
 
 SLOW_PAGE = (
     "<html><body>" + "".join(f"<div><p>Paragraph {i} has words.</p></div>" for i in range(40000)) + "</body></html>"

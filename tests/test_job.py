@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel
 
 from corpus.cli import main
-from corpus.job import Job, JobError, load_job
-from corpus.sample import SAMPLE_PATH
+from corpus.config.job import Job, JobError, load_job
+from corpus.sample.generate import SAMPLE_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,7 +129,7 @@ def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
 
 
 def test_shipped_job_files_are_valid():
-    from corpus.ablation_job import load_ablation, validated_spec
+    from corpus.config.ablation import load_ablation, validated_spec
 
     for path in sorted((REPO / "jobs").glob("*.toml")):
         # Schema only: cc_main's inputs need the network, shared_pages' are made by benchmarks/ablation_shared.py.
@@ -146,22 +146,19 @@ def test_shipped_job_files_are_valid():
 
 
 def test_readme_documents_every_job_key():
-    from corpus.job import (
-        INTERNAL_FIELDS,
-        AnnotateOptions,
-        DedupOptions,
-        ExtractOptions,
-        MinHashOptions,
-        RayOptions,
-        ReadOptions,
-        TokenizeOptions,
-    )
+    from corpus.stages.annotate import AnnotateOptions
+    from corpus.stages.dedup import DedupOptions, MinHashOptions
+    from corpus.stages.extract import ExtractOptions
+    from corpus.stages.read import ReadOptions
+    from corpus.stages.tokenize import TokenizeOptions
+
+    from corpus.config.job import INTERNAL_FIELDS, RayOptions
 
     readme = (REPO / "README.md").read_text()
     sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
-    from corpus.ablation_job import AblationJob
+    from corpus.config.ablation import AblationJob
 
     ablation = readme[readme.index("| ablation key |") :]
     ablation = ablation[: ablation.index("\n\n")]

@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import SHARED_DATA, real_documents, shared
+from corpus.stages.annotate import annotate_documents
+from corpus.stages.schema import DOCUMENTS
+from corpus.stages.select import default_thresholds, select_documents
 
-from corpus.rules import discover
-from corpus.schema import DOCUMENTS
-from stages.annotate import annotate_documents
-from stages.select import default_thresholds, select_documents
+from corpus.rulebook import discover
 
 DOCUMENTS_COMPARED = 2000
 
@@ -56,7 +56,7 @@ def _agreement(ours: np.ndarray, theirs: np.ndarray, ids: list[str], name: str) 
 
 
 def test_word_splitter_gives_exactly_its_expressions_words_on_real_documents():
-    from corpus.words import WORD, SplitWords
+    from corpus.text.words import WORD, SplitWords
 
     shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
     texts = _real_documents().column("text").to_pylist()
@@ -172,7 +172,7 @@ def test_url_decisions_agree_with_datatrove():
             soft_banned_words=str(lists / "soft_banned_words.txt"),
         )
     )
-    from corpus.text import DocumentBatch
+    from corpus.text.batch import DocumentBatch
 
     values = rule.compute(DocumentBatch([""] * len(urls), urls))
     table = pa.table({"id": urls, **{f"url.{s.name}": pa.array(values[s.name], s.type) for s in rule.signals}})

@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, SHARED_WARC_HTML_RECORDS, write_job
+from corpus.stages.annotate import annotated_schema
+from corpus.stages.schema import DOCUMENTS
 
 from corpus.cli import main
-from corpus.executor import StaleOutput, run_job
-from corpus.job import load_job
-from corpus.outputs import OutputFolder, OutputLocked
-from corpus.pipeline import document_rules, shard_id
-from corpus.sample import SAMPLE_PATH, build_sample
-from corpus.schema import DOCUMENTS
-from stages.annotate import annotated_schema
+from corpus.config.job import load_job
+from corpus.engine.executor import StaleOutput, run_job
+from corpus.engine.pipeline import document_rules, shard_id
+from corpus.engine.run_folder import OutputFolder, OutputLocked
+from corpus.sample.generate import SAMPLE_PATH, build_sample
 
 
 def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):

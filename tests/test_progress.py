@@ -2,7 +2,7 @@
 
 import io
 
-from corpus.progress import RunProgress
+from corpus.engine.progress import RunProgress
 
 
 def test_plain_log_lines_when_not_a_terminal():

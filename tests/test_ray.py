@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, write_job
 
-from corpus.executor import run_job
-from corpus.job import load_job
+from corpus.config.job import load_job
+from corpus.engine.executor import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path
 
 
 def _sample_in_two_shards(folder: Path) -> list[str]:
-    from corpus.sample import build_sample
+    from corpus.sample.generate import build_sample
 
     data, _ = build_sample()
     cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards

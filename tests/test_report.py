@@ -13,9 +13,9 @@ import pytest
 from conftest import REPO
 
 from corpus.cli import main
-from corpus.executor import run_job
-from corpus.job import load_job
-from corpus.report import load_run, report_data, signal_histograms, write_html
+from corpus.config.job import load_job
+from corpus.engine.executor import run_job
+from corpus.report.run_report import load_run, report_data, signal_histograms, write_html
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +137,9 @@ def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
 
 
 def test_with_a_tokenizer_the_report_counts_tokens_and_the_kept_ones_are_the_token_shards(tmp_path):
-    from stages.tokenize import train_tokenizer
+    from corpus.stages.tokenize import train_tokenizer
 
-    shutil.copy(REPO / "corpus" / "data" / "sample.warc.gz", tmp_path / "crawl.warc.gz")
+    shutil.copy(REPO / "corpus" / "sample" / "data" / "sample.warc.gz", tmp_path / "crawl.warc.gz")
     texts = [f"sample text number {i} about gardens and bicycles" for i in range(200)]
     train_tokenizer(texts, 300, str(tmp_path / "tokenizer.json"))
     body = f'[annotate]\nrules = ["gopher_quality"]\n[tokenize]\ntokenizer = "{tmp_path / "tokenizer.json"}"\n'

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from corpus.stages.select import Threshold, default_thresholds, select_documents
 
-from corpus.rules import discover
-from corpus.text import DocumentBatch
-from stages.select import Threshold, default_thresholds, select_documents
+from corpus.rulebook import discover
+from corpus.text.batch import DocumentBatch
 
 
 def signals(rule_name: str, texts, urls=None, langs=None, scores=None, **options) -> dict[str, list]:
@@ -169,8 +169,8 @@ def test_select_records_first_and_all_failures():
 
 
 def test_word_splitter_follows_spacy_conventions_and_matches_its_definition():
-    from corpus.words import WORD
-    from corpus.words import split_words as tokenize
+    from corpus.text.words import WORD
+    from corpus.text.words import split_words as tokenize
 
     text = "I don't know. It's 12:08 now, see https://x.org/a?b=1 -- Mr. Smith paid $5 for U.S. goods... ok \\ r=2.5"
     assert tokenize(text) == [
@@ -209,7 +209,7 @@ def test_word_splitter_equals_its_expression_on_random_tricky_text():
     case-insensitive matching folds onto ASCII letters (İ ı ſ and the Kelvin sign)."""
     import random
 
-    from corpus.words import WORD, SplitWords
+    from corpus.text.words import WORD, SplitWords
 
     rng = random.Random(7)
     characters = list("aAnNtTsSmMrReEdDlLvVhHpPwWkK.,:/-+_'’=\\ \n\t0123456789{}()!?$…") + list("İıſ\u212aé٣\u00a0中")
@@ -225,7 +225,7 @@ def test_word_splitter_equals_its_expression_on_random_tricky_text():
 
 
 def test_character_classes_are_pythons():
-    from corpus.words import ALNUM, DIGIT, SPACE, WORD_CHAR, character_classes
+    from corpus.text.words import ALNUM, DIGIT, SPACE, WORD_CHAR, character_classes
 
     flags = character_classes()
     for code in (*range(0x250), 0x0660, 0x00A0, 0x2028, 0x3000, 0x4E2D, 0x1D7CE, 0x110000 - 1):
@@ -313,7 +313,7 @@ def test_line_and_paragraph_splits_equal_the_expressions_datatrove_splits_with()
     import random
     import re
 
-    from rules.gopher_repetition import lines_of, paragraphs_of
+    from corpus.rules.gopher_repetition import lines_of, paragraphs_of
 
     rng = random.Random(3)
     for _ in range(50_000):
@@ -323,7 +323,7 @@ def test_line_and_paragraph_splits_equal_the_expressions_datatrove_splits_with()
 
 
 def test_c4_sentence_count_skips_initials_after_capitals():
-    from rules.c4 import sentence_count
+    from corpus.rules.c4 import sentence_count
 
     assert sentence_count("Mr. J. Smith went home. Then he slept!") == 3  # 'J.' is an initial, 'Mr.' is not
     assert sentence_count('He left the U.S.A.. "Really?" she said (twice).') == 3
@@ -334,8 +334,9 @@ def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_
     import random
     import re
 
-    from corpus.words import character_classes
-    from rules.pii import _may_hold
+    from corpus.rules.pii import _may_hold
+
+    from corpus.text.words import character_classes
 
     rng = random.Random(5)
     texts = ["".join(rng.choice("1234 .-a٣") for _ in range(rng.randint(0, 14))) for _ in range(20_000)]
@@ -345,7 +346,7 @@ def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_
 
 
 def test_line_dedup_removes_lines_shared_by_more_than_max_copies_documents():
-    from rules.line_dedup import remove_repeated_lines
+    from corpus.rules.line_dedup import remove_repeated_lines
 
     rule = discover()["line_dedup"](discover()["line_dedup"].Options(max_copies=2))
     boilerplate = "Subscribe to our newsletter!"

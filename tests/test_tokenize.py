@@ -11,11 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import real_documents, write_job
-
-from corpus.executor import run_job
-from corpus.job import JobError, load_job
-from corpus.sample import SAMPLE_PATH
-from stages.tokenize import (
+from corpus.stages.tokenize import (
     END_OF_TEXT,
     TextTokenizer,
     TokenizerError,
@@ -23,6 +19,10 @@ from stages.tokenize import (
     tokenize_documents,
     train_tokenizer,
 )
+
+from corpus.config.job import JobError, load_job
+from corpus.engine.executor import run_job
+from corpus.sample.generate import SAMPLE_PATH
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and
     import torch
     from torch.utils.data import DataLoader
 
-    from corpus.token_dataset import TokenDataset
+    from corpus.lab.token_dataset import TokenDataset
 
     run, everything = token_run
 
@@ -240,7 +240,7 @@ def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and
 
 
 def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path):
-    from corpus.pipeline import training_texts
+    from corpus.engine.pipeline import training_texts
 
     path, _ = tokenizer_file
     shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
@@ -259,10 +259,10 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
     documents = pq.read_table(tmp_path / "m" / "documents").select(
         ["id", "text", "url", "domain", "lang", "lang_score"]
     )
-    from corpus.rules import discover
+    from corpus.rulebook import discover
 
     line_dedup = discover()["line_dedup"](discover()["line_dedup"].Options(max_copies=2))
-    from corpus.text import DocumentBatch
+    from corpus.text.batch import DocumentBatch
 
     combined = {"line_dedup": line_dedup.combine([line_dedup.accumulate(DocumentBatch.from_table(documents))])}
     expected = dict(zip(documents.column("id").to_pylist(), training_texts(job, documents, combined), strict=True))
@@ -272,7 +272,7 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
 
 
 def test_a_seeded_shuffle_mixes_documents_across_shards_deterministically(tokenizer_file, tmp_path):
-    from corpus.sample import build_sample
+    from corpus.sample.generate import build_sample
 
     path, _ = tokenizer_file
     data, _ = build_sample()

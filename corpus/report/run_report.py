@@ -26,11 +26,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from corpus.job import Job, JobError, load_job, resolve_rules
-from corpus.outputs import load_once
-from stages.dedup import STEP_REASONS
-from stages.select import EXCLUDED, select_documents
-from stages.tokenize import TextTokenizer
+from corpus.config.job import Job, JobError, load_job, resolve_rules
+from corpus.engine.run_folder import load_once
+from corpus.stages.dedup import STEP_REASONS
+from corpus.stages.select import EXCLUDED, select_documents
+from corpus.stages.tokenize import TextTokenizer
 
 EXCERPT_CHARS = 240
 
@@ -46,8 +46,8 @@ class RunView:
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.executor import resolve_quantiles
-    from corpus.pipeline import plan_shards, stored_signals
+    from corpus.engine.executor import resolve_quantiles
+    from corpus.engine.pipeline import plan_shards, stored_signals
 
     run = Path(run_dir)
     stats_path = run / "stats.json"
@@ -123,7 +123,7 @@ def _failing_matrix(docs: pa.Table, names: list[str]) -> np.ndarray:
 
 def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     """Everything the report shows, as plain data (the HTML and the terminal render it)."""
-    from corpus.pipeline import job_rules
+    from corpus.engine.pipeline import job_rules
 
     docs = view.documents
     words = docs.column("words").to_numpy()
@@ -229,7 +229,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
 
 def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
     """The stored texts of these rows of the view, one read per shard."""
-    from corpus.pipeline import documents_folder, texts_at
+    from corpus.engine.pipeline import documents_folder, texts_at
 
     folder = documents_folder(view.job)
     wanted = np.unique(np.asarray(rows, np.int64))

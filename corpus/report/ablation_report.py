@@ -1,5 +1,5 @@
 """The terminal report of an ablation: per variant and metric, passes, mean ± std, Δ vs the baseline, its
-interval, the verdict and the metric's signal-to-noise (`corpus.verdicts`), then what the metrics can decide."""
+interval, the verdict and the metric's signal-to-noise (`corpus.lab.verdicts`), then what the metrics can decide."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from corpus.verdicts import DEFAULT_METRICS, metric_columns, ranking_agreement, verdict_rows
+from corpus.lab.verdicts import DEFAULT_METRICS, metric_columns, ranking_agreement, verdict_rows
 
 
 def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confidence: float = 0.0) -> int:

@@ -6,7 +6,7 @@ keyword spam, pages in other languages and legacy charsets (cp1251, Shift_JIS, d
 gzip-encoded bodies, and the records a crawl also holds (requests, metadata, images, redirects, 404s).
 
 `write_sample_warc(path)` always writes the same bytes (seeded choices, fixed dates, gzip mtime 0), so the
-committed `corpus/data/sample.warc.gz` can be checked against a fresh build.
+committed `corpus/sample/data/sample.warc.gz` can be checked against a fresh build.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Rules see a `DocumentBatch`: the texts, URLs and languages, plus lazily computed and cached views: words as a
 CSR of integer ids (`word_offsets`, `word_ids`) with per-id properties in `vocabulary` (length, has a letter,
 is punctuation, lower-case form), which is what the Numba kernels consume. Words are split by
-`corpus.words` (spaCy-like, see `WORD`): equal words have equal ids within a batch; the ids carry no other
+`corpus.text.words` (spaCy-like, see `WORD`): equal words have equal ids within a batch; the ids carry no other
 meaning.
 """
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points, folded_word_hashes
+from corpus.text.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points, folded_word_hashes
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -126,7 +126,7 @@ class DocumentBatch:
 
     @cached_property
     def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
-        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.words.folded_word_hashes`."""
+        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.words.folded_word_hashes`."""
         return folded_word_hashes(*self.code_points)
 
     @cached_property

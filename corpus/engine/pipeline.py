@@ -25,13 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus import __version__
-from corpus.accounting import StageCounts, check_chain
-from corpus.job import Job
-from corpus.outputs import OutputFolder, content_sha256, load_once
-from corpus.rules import PATH_OPTION, CorpusRule, Rule, discover
-from corpus.text import DocumentBatch, stable_hashes
-from stages.annotate import annotate_documents, annotated_schema, signal_fields
-from stages.dedup import (
+from corpus.config.job import Job
+from corpus.engine.run_folder import OutputFolder, content_sha256, load_once
+from corpus.rulebook import PATH_OPTION, CorpusRule, Rule, discover
+from corpus.stages.accounting import StageCounts, check_chain
+from corpus.stages.annotate import annotate_documents, annotated_schema, signal_fields
+from corpus.stages.dedup import (
     COMPONENTS,
     DECISIONS,
     EDGES,
@@ -54,10 +53,11 @@ from stages.dedup import (
     step_keys,
     unique_edges,
 )
-from stages.extract import extract_documents
-from stages.read import read_records
-from stages.select import SELECTION, select_documents
-from stages.tokenize import TextTokenizer, tokenize_documents
+from corpus.stages.extract import extract_documents
+from corpus.stages.read import read_records
+from corpus.stages.select import SELECTION, select_documents
+from corpus.stages.tokenize import TextTokenizer, tokenize_documents
+from corpus.text.batch import DocumentBatch, stable_hashes
 
 STAGES = ("read", "extract", "annotate")
 ALL_STAGES = (*STAGES, "select", "dedup")

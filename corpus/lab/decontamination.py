@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpus.job import Job
-from corpus.outputs import OutputFolder
+from corpus.config.job import Job
+from corpus.engine.run_folder import OutputFolder
 
 
 def document_batches(job: Job, columns: list[str]):
     """Tables of a complete run's stored documents (these columns), a batch at a time, in shard order."""
-    from corpus.pipeline import documents_folder, plan_shards, stored_batches
+    from corpus.engine.pipeline import documents_folder, plan_shards, stored_batches
 
     folder = documents_folder(job)
     for shard in plan_shards(job):
@@ -27,8 +27,8 @@ def document_batches(job: Job, columns: list[str]):
 def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.ndarray:
     """Per text, how many of its n-grams of `ngram` words (MinHash's shingles) occur in `reference` (sorted unique
     n-gram hashes)."""
-    from corpus.text import DocumentBatch
-    from stages.dedup import shingle_hashes
+    from corpus.stages.dedup import shingle_hashes
+    from corpus.text.batch import DocumentBatch
 
     offsets, hashes = shingle_hashes(DocumentBatch(texts), ngram)
     found = np.isin(hashes, reference, assume_unique=False).astype(np.int64)
@@ -39,8 +39,8 @@ def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.nd
 def decontaminate(documents: Job, scored_texts: dict[str, list[str]], tokenizer, ngram: int) -> pa.Table:
     """Per stored document, in one pass over the texts: its id, its tokens (of the extracted text and a separator,
     for the variants' counts) and, per reference set or task, how many of its n-grams the set holds."""
-    from corpus.text import DocumentBatch
-    from stages.dedup import shingle_hashes
+    from corpus.stages.dedup import shingle_hashes
+    from corpus.text.batch import DocumentBatch
 
     sets = {name: np.unique(shingle_hashes(DocumentBatch(texts), ngram)[1]) for name, texts in scored_texts.items()}
     parts = []

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from stages.tokenize import TokenStream
+from corpus.stages.tokenize import TokenStream
 
 POSITION = ("unit", "row", "offset")
 

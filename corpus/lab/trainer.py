@@ -3,7 +3,7 @@
 `train_language_model(run, references, model, options)` streams the run's shards (`TokenStream`, seeded shuffle),
 trains with AdamW, linear warmup then cosine decay and gradient clipping (bf16 autocast on CUDA), and scores held-out
 reference sets every `eval_every` steps and at the end: mean loss in nats per token, and bits per byte of the
-reference text, which compares models across tokenizers; and downstream proxy tasks (`corpus.downstream`): bits per
+reference text, which compares models across tokenizers; and downstream proxy tasks (`corpus.lab.downstream`): bits per
 byte of each gold answer and accuracy by per-character likelihood, with the tasks' mean bits per byte. The seed
 sets the initialisation and the data order (a seeded shuffle buffer over the packed sequences, new each pass), so
 variants trained with the same seed are paired; the same seed on the same device gives the same losses.
@@ -24,8 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from corpus.downstream import TaskSet, task_scores
-from stages.tokenize import TokenStream
+from corpus.lab.downstream import TaskSet, task_scores
+from corpus.stages.tokenize import TokenStream
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Ablations: each variant of the rules trains small language models, scored on held-out text and downstream tasks.
 
-An ablation job (`jobs/ablation_*.toml`, read by `corpus.ablation_job`) names the documents job whose run holds the
+An ablation job (`jobs/ablation_*.toml`, read by `corpus.config.ablation`) names the documents job whose run holds the
 signals, the variants (each a selection over those signals), one tokenizer, an equal token budget for every run,
 the model (and a ladder of larger ones), the seeds, the reference sets and the downstream tasks. `run_ablation`:
 
@@ -15,7 +15,7 @@ the model (and a ladder of larger ones), the seeds, the reference sets and the d
 6. per model size, variant and seed, a training run (a Ray task asking for a GPU when the cluster has one),
    written to `runs/<variant>-<model>-seed<k>.parquet` when it finishes, so a killed ablation resumes;
 7. `results.parquet`: every evaluation row of every run with the run's provenance; `variants.parquet`: the
-   documents and tokens each variant kept and dropped, per reason. `corpus.verdicts` reads them.
+   documents and tokens each variant kept and dropped, per reason. `corpus.lab.verdicts` reads them.
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpus import __version__
-from corpus.ablation_job import Ablation, ModelOptions
-from corpus.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
-from corpus.downstream import load_items, tokenize_task
-from corpus.job import Job, JobError
-from corpus.outputs import OutputFolder, content_sha256, load_once
-from stages.tokenize import TextTokenizer
+from corpus.config.ablation import Ablation, ModelOptions
+from corpus.config.job import Job, JobError
+from corpus.engine.run_folder import OutputFolder, content_sha256, load_once
+from corpus.lab.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
+from corpus.lab.downstream import load_items, tokenize_task
+from corpus.stages.tokenize import TextTokenizer
 
 
 def read_reference(path: str, tokenizer: TextTokenizer, name: str, max_tokens: int):
     """A reference set's texts, in order, up to `max_tokens` tokens, and the `ReferenceSet` of their tokens."""
-    from corpus.classifier import read_texts
-    from corpus.trainer import ReferenceSet
+    from corpus.lab.classifier import read_texts
+    from corpus.lab.trainer import ReferenceSet
 
     texts, documents, total = [], [], 0
     for text in read_texts([path]):
@@ -79,8 +79,8 @@ def _code_version() -> str:
 
 def train_run(spec: dict) -> list[dict]:
     """One training run (a Ray task, or a plain call): the variant's token shards, one model size, one seed; rows
-    of `corpus.trainer.train_language_model`."""
-    from corpus.trainer import ModelConfig, TrainOptions, train_language_model
+    of `corpus.lab.trainer.train_language_model`."""
+    from corpus.lab.trainer import ModelConfig, TrainOptions, train_language_model
 
     return train_language_model(
         spec["run"], spec["references"], ModelConfig(**spec["model"]), TrainOptions(**spec["train"]), spec["tasks"]
@@ -138,7 +138,7 @@ def _run_all(specs: list[dict], use_ray: bool, on_done) -> dict[str, str]:
         return failed
     import ray
 
-    from corpus.executor import _format_failure, ensure_ray
+    from corpus.engine.executor import _format_failure, ensure_ray
 
     ensure_ray()
     gpus = ray.cluster_resources().get("GPU", 0) > 0
@@ -184,7 +184,7 @@ def _variant_counts(name: str, selection: pa.Table, documents: pa.Table, trained
 
 def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: dict, log) -> str:
     """The job's tokenizer, or one trained on every extracted document (again only when the documents changed)."""
-    from stages.tokenize import train_tokenizer
+    from corpus.stages.tokenize import train_tokenizer
 
     if ablation.tokenizer:
         return ablation.tokenizer
@@ -302,7 +302,7 @@ def _select_variants(ablation: Ablation, folder: OutputFolder, tokenizer_path: s
                      scored: list[str], use_ray: bool, summary: dict) -> tuple[dict, list[pa.Table]]:  # fmt: skip
     """Each variant's selection and token shards; its facts into `summary["variants"]`. Returns, per variant that
     has tokens, (job, manifest, kept ids), and the variants' kept/dropped counts."""
-    from corpus.executor import run_job
+    from corpus.engine.executor import run_job
 
     selected, counts = {}, []
     for name in ablation.variants:
@@ -355,7 +355,7 @@ def _plan_budget(ablation: Ablation, selected: dict, summary: dict, log) -> dict
 def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
     """Run (or resume) an ablation; returns its summary, also written to `ablation.json`. Results are in
     `results.parquet` and `variants.parquet` in the output folder."""
-    from corpus.executor import run_job
+    from corpus.engine.executor import run_job
 
     started = time.perf_counter()
     folder = OutputFolder(ablation.output)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 from corpus import __version__
-from corpus.accounting import StageCounts, check_chain
-from corpus.job import Job
-from corpus.pipeline import ALL_STAGES, STAGES
+from corpus.config.job import Job
+from corpus.engine.pipeline import ALL_STAGES, STAGES
+from corpus.stages.accounting import StageCounts, check_chain
 
 MAX_ERROR_EXAMPLES = 200
 

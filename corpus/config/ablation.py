@@ -17,21 +17,22 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from corpus.downstream import TaskError, check_tasks, tasks_folder
-from corpus.job import Job, JobError, _format_error, _resolve_path, _Section, job_from_data, load_job, read_toml
-from corpus.outputs import load_once
-from stages.tokenize import END_OF_TEXT, TextTokenizer, TokenizerError
+from corpus.config.job import Job, JobError, _format_error, _resolve_path, job_from_data, load_job, read_toml
+from corpus.engine.run_folder import load_once
+from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
+from corpus.stages.options import StageOptions
+from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, TokenizerError
 
 AUTO_VARIANTS = ("leave_one_out", "add_one_in")
 
 
-class TokenizerOptions(_Section):
+class TokenizerOptions(StageOptions):
     path: str = Field("", description="a tokenizer.json or <encoding>.tiktoken; empty = train one on the documents")
     vocab_size: int = Field(4096, ge=256, le=65536, description="size of the trained tokenizer (no path)")
     separator: str = Field(END_OF_TEXT, description="the token after every document")
 
 
-class ModelOptions(_Section):
+class ModelOptions(StageOptions):
     name: str = Field("", pattern=r"^[A-Za-z0-9_.]*$", description="the model's name in results; empty = d<width>L<n>")
     d_model: int = Field(128, ge=8)
     n_layers: int = Field(2, ge=1)
@@ -49,11 +50,11 @@ class ModelOptions(_Section):
         return self.name or f"d{self.d_model}L{self.n_layers}"
 
     def config(self, vocab_size: int) -> dict:
-        """`corpus.trainer.ModelConfig`'s arguments."""
+        """`corpus.lab.trainer.ModelConfig`'s arguments."""
         return {**self.model_dump(exclude={"name"}), "vocab_size": vocab_size}
 
 
-class TrainingOptions(_Section):
+class TrainingOptions(StageOptions):
     tokens: int | Literal["auto"] = Field(
         description="training tokens of every run, equal for all variants; 'auto': the most at which no variant "
         "passes over its data more than max_passes times"
@@ -76,13 +77,13 @@ class TrainingOptions(_Section):
         return self
 
 
-class ReferenceOptions(_Section):
+class ReferenceOptions(StageOptions):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="the name in result columns")
     path: str = Field(description="documents Parquet, JSONL with `text`, a folder of them, or text (a line each)")
     max_tokens: int = Field(50_000, ge=1, description="documents are taken in order up to this many tokens")
 
 
-class EvaluationOptions(_Section):
+class EvaluationOptions(StageOptions):
     tasks: list[str] = Field(default_factory=list, description="OLMo cloze tasks scored at every evaluation")
     items: int = Field(200, ge=1, description="questions per task: a seeded subsample, the same for every run")
     seed: int = Field(1234, description="the seed of that subsample")
@@ -91,12 +92,12 @@ class EvaluationOptions(_Section):
     confidence: float = Field(0.95, gt=0, lt=1, description="of the paired t interval behind each verdict")
 
 
-class DecontaminationOptions(_Section):
+class DecontaminationOptions(StageOptions):
     ngram: int = Field(13, ge=1, description="words per n-gram compared with the reference sets and tasks")
     drop: bool = Field(True, description="exclude documents sharing any n-gram with a reference set or task")
 
 
-class VariantOptions(_Section):
+class VariantOptions(StageOptions):
     description: str = ""
     select: dict[str, Any] = Field(
         default_factory=dict,
@@ -108,7 +109,7 @@ class VariantOptions(_Section):
     )
 
 
-class AblationJob(_Section):
+class AblationJob(StageOptions):
     name: str
     documents: str = Field(description="the job file whose run holds the annotated documents")
     output: str
@@ -161,7 +162,7 @@ def _merged(base: dict, override: dict) -> dict:
 def selection_units(documents: Job) -> list[tuple[str, str]]:
     """What a selection over `documents` can switch on or off, as (kind, name): each rule with thresholds, each
     stored dedup key, each computed modifier, in the job's order."""
-    from corpus.rules import discover
+    from corpus.rulebook import discover
 
     registry = discover()
     rules = list(dict.fromkeys(threshold.rule for threshold in documents.thresholds))
@@ -230,7 +231,7 @@ def validated_spec(path: Path, data: dict) -> tuple[AblationJob, str]:
 
 def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     """Read and validate an ablation job, its documents job and every variant's selection, before anything runs."""
-    from corpus.pipeline import annotate_fingerprint
+    from corpus.engine.pipeline import annotate_fingerprint
 
     path = Path(path)
     data, raw_bytes = read_toml(path)

@@ -23,9 +23,8 @@ import time
 import traceback
 from collections.abc import Callable
 
-from corpus.job import Job, JobError
-from corpus.outputs import OutputFolder, content_sha256
-from corpus.pipeline import (
+from corpus.config.job import Job, JobError
+from corpus.engine.pipeline import (
     Shard,
     annotate_fingerprint,
     corpus_annotate_shard,
@@ -48,9 +47,10 @@ from corpus.pipeline import (
     tokenize_shard,
     write_token_manifest,
 )
-from corpus.progress import RunProgress
-from corpus.stats import summarize
-from stages.dedup import stars_converged
+from corpus.engine.progress import RunProgress
+from corpus.engine.run_folder import OutputFolder, content_sha256
+from corpus.engine.stats import summarize
+from corpus.stages.dedup import stars_converged
 
 
 class StaleOutput(JobError):
@@ -380,7 +380,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
                 "annotate_fingerprint": signals,
                 "rules": [name for name, _ in job.rule_settings],
                 "thresholds": {threshold.reason: threshold.value for threshold in thresholds},
-                "schema": "corpus.schema.DOCUMENTS + one column per rule signal",
+                "schema": "corpus.stages.schema.DOCUMENTS + one column per rule signal",
                 "shards": [
                     {"id": r["id"], "source": r["source"], **(r["documents"] or {})}
                     for r in sorted(reports, key=lambda r: r["id"])
