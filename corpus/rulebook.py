@@ -21,10 +21,13 @@ Nothing else has to be edited to add a rule: `discover()` imports every module o
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import pkgutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, ClassVar
 
 import pyarrow as pa
@@ -162,3 +165,38 @@ def discover() -> dict[str, type[Rule]]:
                 importlib.import_module(f"corpus.rules.{module.name}")
         _DISCOVERED = True
     return dict(sorted(_REGISTRY.items()))
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def content_sha256(path: str) -> str:
+    """sha256 of a local file's bytes, or of a folder's files (names and bytes); remembered per size and mtime,
+    so that asking again for a large blocklist or model costs a stat."""
+    target = Path(path)
+    if target.is_dir():
+        digest = hashlib.sha256()
+        for child in sorted(p for p in target.rglob("*") if p.is_file()):
+            digest.update(f"{child.relative_to(target)}\0{content_sha256(str(child))}\0".encode())
+        return digest.hexdigest()
+    stat = target.stat()
+    key = (str(target.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(target, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
+def load_once(factory, path: str, *args):
+    """`factory(path, *args)` built once per process for the file's current contents: a worker reuses a loaded
+    model or tokenizer across tasks, and loads it again when the file is replaced. A missing path is left to
+    `factory` to report."""
+    return _loaded(factory, path, content_sha256(path) if Path(path).exists() else "", args)
+
+
+@functools.cache
+def _loaded(factory, path: str, digest: str, args: tuple):
+    return factory(path, *args)

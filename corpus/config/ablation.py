@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from corpus.config.job import Job, JobError, _format_error, _resolve_path, job_from_data, load_job, read_toml
-from corpus.engine.run_folder import load_once
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
+from corpus.rulebook import load_once
 from corpus.stages.options import StageOptions
 from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, TokenizerError
 

@@ -18,7 +18,7 @@ import fsspec
 import pyarrow as pa
 from pydantic import Field, ValidationError
 
-from corpus.engine.run_folder import load_once
+from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
 from corpus.stages.dedup import DedupOptions
 from corpus.stages.extract import ExtractOptions

@@ -48,8 +48,9 @@ from corpus.engine.pipeline import (
     write_token_manifest,
 )
 from corpus.engine.progress import RunProgress
-from corpus.engine.run_folder import OutputFolder, content_sha256
+from corpus.engine.run_folder import OutputFolder
 from corpus.engine.stats import summarize
+from corpus.rulebook import content_sha256
 from corpus.stages.dedup import stars_converged
 
 

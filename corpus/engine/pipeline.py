@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 
 from corpus import __version__
 from corpus.config.job import Job
-from corpus.engine.run_folder import OutputFolder, content_sha256, load_once
-from corpus.rulebook import PATH_OPTION, CorpusRule, Rule, discover
+from corpus.engine.run_folder import OutputFolder
+from corpus.rulebook import PATH_OPTION, CorpusRule, Rule, content_sha256, discover, load_once
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema, signal_fields
 from corpus.stages.dedup import (

@@ -17,7 +17,6 @@ file under a final name, and a re-run skips exactly the shards whose `shards/<sh
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -201,38 +200,3 @@ class ParquetShardWriter:
             pass  # closing a file on a full disk fails again; it is removed all the same
         finally:
             self.folder._discard(self.temporary)
-
-
-_DIGESTS: dict[tuple, str] = {}
-
-
-def content_sha256(path: str) -> str:
-    """sha256 of a local file's bytes, or of a folder's files (names and bytes); remembered per size and mtime,
-    so that asking again for a large blocklist or model costs a stat."""
-    target = Path(path)
-    if target.is_dir():
-        digest = hashlib.sha256()
-        for child in sorted(p for p in target.rglob("*") if p.is_file()):
-            digest.update(f"{child.relative_to(target)}\0{content_sha256(str(child))}\0".encode())
-        return digest.hexdigest()
-    stat = target.stat()
-    key = (str(target.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(target, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-        _DIGESTS[key] = digest.hexdigest()
-    return _DIGESTS[key]
-
-
-def load_once(factory, path: str, *args):
-    """`factory(path, *args)` built once per process for the file's current contents: a worker reuses a loaded
-    model or tokenizer across tasks, and loads it again when the file is replaced. A missing path is left to
-    `factory` to report."""
-    return _loaded(factory, path, content_sha256(path) if Path(path).exists() else "", args)
-
-
-@functools.cache
-def _loaded(factory, path: str, digest: str, args: tuple):
-    return factory(path, *args)

@@ -37,9 +37,10 @@ import pyarrow.parquet as pq
 from corpus import __version__
 from corpus.config.ablation import Ablation, ModelOptions
 from corpus.config.job import Job, JobError
-from corpus.engine.run_folder import OutputFolder, content_sha256, load_once
+from corpus.engine.run_folder import OutputFolder
 from corpus.lab.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task
+from corpus.rulebook import content_sha256, load_once
 from corpus.stages.tokenize import TextTokenizer
 
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpus.config.job import Job, JobError, load_job, resolve_rules
-from corpus.engine.run_folder import load_once
+from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
 from corpus.stages.select import EXCLUDED, select_documents
 from corpus.stages.tokenize import TextTokenizer
