@@ -143,7 +143,7 @@ def cases(base: bytes) -> dict[str, Callable[[], bytes]]:
 def run_case(name: str, data: bytes, base_path: Path, work: Path) -> dict:
     """The job over the intact crawl and the case's file; what happened."""
     from corpus.config.job import load_job
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     folder = work / name.replace(" ", "-").replace(",", "")
     folder.mkdir(parents=True)
@@ -226,7 +226,7 @@ def _in_thread(job_file: Path, result: dict):
     import threading
 
     from corpus.config.job import load_job
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     def run() -> None:
         with open(os.devnull, "w") as quiet:
@@ -364,7 +364,7 @@ def _rows(path: Path) -> int:
 
 def process_main(inputs: list[str], work: Path) -> None:
     from corpus.config.job import load_job
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'
     clean_out = work / "clean"

@@ -90,7 +90,7 @@ def bench_whole_job(path: Path, folder: Path, extractor: str) -> tuple[float, fl
     import ray
 
     from corpus.config.job import load_job
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     job_path = folder / "bench.toml"
     job_path.write_text(

@@ -46,7 +46,7 @@ def summary_table(stats: dict) -> Table:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     console = Console(width=None if sys.stdout.isatty() else 110)
     try:

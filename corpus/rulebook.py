@@ -113,26 +113,41 @@ class Rule:
 
 
 class CorpusRule(Rule):
-    """A rule whose signals depend on the whole corpus (Llama 3's token-distribution outliers, per-domain PII).
+    """A rule whose signals depend on the corpus (Llama 3's token-distribution outliers, per-domain PII, line dedup).
 
-    Three steps instead of `compute`: `accumulate` summarises one shard's documents, `combine` merges the
-    summaries of all shards (a reduce on the driver), and `corpus_signals` gives each document its signals
-    against the combined summary. Summaries are stored per shard, so a resumed run only summarises new shards,
-    and the signals are recomputed only when the combined summary changes.
+    Instead of `compute`: `accumulate` counts one batch of documents as an Arrow table of `summary_schema` (the
+    `summary_keys` columns, then integer counts); the engine sums such tables by key over a bucket of shards
+    (`[annotate] corpus_bucket_documents`, 30M documents as in Llama 3's line dedup), in tasks, never on the
+    driver; `finish` trims the sum (line dedup keeps only lines past its limit); `corpus_signals` gives each
+    document its signals against the finished summary. Summaries are stored as Parquet per shard, so a resumed
+    run only summarises new shards.
     """
 
-    def accumulate(self, docs: DocumentBatch):
+    summary_schema: ClassVar[pa.Schema]
+    summary_keys: ClassVar[tuple[str, ...]]
+
+    def accumulate(self, docs: DocumentBatch) -> pa.Table:
         raise NotImplementedError
 
-    def combine(self, summaries: list):
+    def finish(self, summary: pa.Table) -> pa.Table:
+        return summary
+
+    def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict[str, Sequence]:
         raise NotImplementedError
 
-    def corpus_signals(self, docs: DocumentBatch, summary) -> dict[str, Sequence]:
-        raise NotImplementedError
-
-    def modify_texts(self, texts: list[str], summary) -> list[str] | None:
-        """A corpus modifier (line dedup) returns the texts it rewrites against the combined summary; None: not one."""
+    def modify_texts(self, texts: list[str], summary: pa.Table) -> list[str] | None:
+        """A corpus modifier (line dedup) returns the texts it rewrites against the finished summary; None: not one."""
         return None
+
+
+def sum_summaries(rule: type[CorpusRule] | CorpusRule, tables: list[pa.Table]) -> pa.Table:
+    """Summaries summed by their key columns, sorted by key (the same table whatever the order of the parts)."""
+    keys = list(rule.summary_keys)
+    counts = [name for name in rule.summary_schema.names if name not in keys]
+    table = pa.concat_tables([rule.summary_schema.empty_table(), *(t.cast(rule.summary_schema) for t in tables)])
+    summed = table.group_by(keys).aggregate([(name, "sum") for name in counts])
+    summed = summed.rename_columns([name.removesuffix("_sum") for name in summed.column_names])
+    return summed.select(rule.summary_schema.names).cast(rule.summary_schema).sort_by([(k, "ascending") for k in keys])
 
 
 _REGISTRY: dict[str, type[Rule]] = {}

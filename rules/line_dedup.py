@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from numba import njit
 
 from corpus.rulebook import CorpusRule, RuleOptions, Signal, register
@@ -93,26 +94,25 @@ class LineDedup(CorpusRule):
         Signal("chars_removed_frac", pa.float32(), "share of the characters those lines hold"),
     )
 
-    def accumulate(self, docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray]:
-        """(line hashes, documents containing each), sparse."""
+    summary_schema = pa.schema([("line", pa.uint64()), ("documents", pa.int64())])
+    summary_keys = ("line",)
+
+    def accumulate(self, docs: DocumentBatch) -> pa.Table:
+        """Each line hash and the documents containing it."""
         offsets, hashes, _ = line_hashes(docs)
         document = np.repeat(np.arange(len(docs), dtype=np.uint64), np.diff(offsets))
         pairs = np.unique(np.stack([document, hashes], axis=1), axis=0)  # a document counts a line once
-        return np.unique(pairs[:, 1], return_counts=True)
+        lines, documents = np.unique(pairs[:, 1], return_counts=True)
+        return pa.table([lines, documents.astype(np.int64)], schema=self.summary_schema)
 
-    def combine(self, summaries: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        if not summaries:
-            return np.empty(0, np.uint64), np.empty(0, np.int64)
-        hashes, inverse = np.unique(np.concatenate([h for h, _ in summaries]), return_inverse=True)
-        counts = np.bincount(inverse, weights=np.concatenate([c for _, c in summaries])).astype(np.int64)
-        frequent = counts > self.options.max_copies  # only these matter in the second pass
-        return hashes[frequent], counts[frequent]
+    def finish(self, summary: pa.Table) -> pa.Table:
+        return summary.filter(pc.greater(summary.column("documents"), self.options.max_copies))
 
-    def modify_texts(self, texts: list[str], summary: tuple[np.ndarray, np.ndarray]) -> list[str]:
-        return remove_repeated_lines(texts, summary[0])
+    def modify_texts(self, texts: list[str], summary: pa.Table) -> list[str]:
+        return remove_repeated_lines(texts, summary.column("line").to_numpy())
 
-    def corpus_signals(self, docs: DocumentBatch, summary: tuple[np.ndarray, np.ndarray]) -> dict:
-        repeated_hashes, _ = summary
+    def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict:
+        repeated_hashes = summary.column("line").to_numpy()
         offsets, hashes, sizes = line_hashes(docs)
         removed = np.isin(hashes, repeated_hashes)
         counts = np.add.reduceat(np.r_[removed, 0].astype(np.int64), offsets[:-1]) * (np.diff(offsets) > 0)

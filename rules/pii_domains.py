@@ -9,14 +9,13 @@ domain's PII per 1,000 words and document count. Drop with e.g. `[select.pii_dom
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from corpus.rules.pii import mask_pii
 from numba import njit
 
-from corpus.rulebook import CorpusRule, Signal, register
+from corpus.rulebook import CorpusRule, Signal, register, sum_summaries
 from corpus.text.batch import DocumentBatch
 from corpus.text.words import SPACE, character_classes
 
@@ -45,30 +44,38 @@ class PiiDomains(CorpusRule):
         Signal("documents", pa.int32(), "documents of that domain in the corpus"),
     )
 
-    def accumulate(self, docs: DocumentBatch) -> dict[str, tuple[int, int, int]]:
+    summary_schema = pa.schema(
+        [("domain", pa.string()), ("pii", pa.int64()), ("words", pa.int64()), ("documents", pa.int64())]
+    )
+    summary_keys = ("domain",)
+
+    def accumulate(self, docs: DocumentBatch) -> pa.Table:
         counts, _ = mask_pii(docs)
         pii = counts["emails"] + counts["phones"] + counts["ip_addresses"]
         words = _whitespace_separated_words(*docs.code_points, character_classes())
-        totals: dict[str, list[int]] = {}
-        for domain, p, w in zip(docs.domains, pii, words, strict=True):
-            entry = totals.setdefault(domain or "", [0, 0, 0])
-            entry[0] += int(p)
-            entry[1] += int(w)
-            entry[2] += 1
-        return {domain: tuple(entry) for domain, entry in totals.items()}
+        table = pa.table(
+            [
+                [domain or "" for domain in docs.domains],
+                np.asarray(pii, np.int64),
+                np.asarray(words, np.int64),
+                np.ones(len(docs), np.int64),
+            ],
+            schema=self.summary_schema,
+        )
+        return sum_summaries(self, [table])
 
-    def combine(self, summaries: list[dict]) -> dict[str, tuple[int, int, int]]:
-        pii, words, documents = Counter(), Counter(), Counter()
-        for summary in summaries:
-            for domain, (p, w, d) in summary.items():
-                pii[domain] += p
-                words[domain] += w
-                documents[domain] += d
-        return {domain: (pii[domain], words[domain], documents[domain]) for domain in sorted(documents)}
+    def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict:
+        domains = pa.array([domain or "" for domain in docs.domains], pa.string())
+        at = pc.index_in(domains, value_set=summary.column("domain"))
+        found = at.is_valid().to_numpy(zero_copy_only=False)
+        rows = pc.fill_null(at, 0).to_numpy()
 
-    def corpus_signals(self, docs: DocumentBatch, summary: dict) -> dict:
-        entries = [summary.get(domain or "", (0, 0, 0)) for domain in docs.domains]
+        def looked_up(column: str) -> np.ndarray:
+            values = summary.column(column).to_numpy()
+            return np.where(found, values[rows] if len(values) else 0, 0)
+
+        documents = looked_up("documents")
         return {
-            "per_1k_words": np.array([1000 * p / max(w, 1) for p, w, _ in entries], np.float32),
-            "documents": np.array([d for _, _, d in entries], np.int32),
+            "per_1k_words": (1000 * looked_up("pii") / np.maximum(looked_up("words"), 1)).astype(np.float32),
+            "documents": documents.astype(np.int32),
         }

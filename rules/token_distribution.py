@@ -71,18 +71,16 @@ class TokenDistribution(CorpusRule):
         Signal("rare_frac", pa.float32(), "share of the document's words that are rare in the corpus"),
     )
 
-    def accumulate(self, docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray]:
-        """(buckets, counts), sparse: a shard's summary is as large as its vocabulary, not 2^22 counts."""
-        return np.unique(bucketed_words(docs)[1], return_counts=True)
+    summary_schema = pa.schema([("bucket", pa.int64()), ("count", pa.int64())])
+    summary_keys = ("bucket",)
 
-    def combine(self, summaries: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        if not summaries:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        buckets, inverse = np.unique(np.concatenate([b for b, _ in summaries]), return_inverse=True)
-        return buckets, np.bincount(inverse, weights=np.concatenate([c for _, c in summaries])).astype(np.int64)
+    def accumulate(self, docs: DocumentBatch) -> pa.Table:
+        """Word buckets and their counts, sparse: a shard's summary is as large as its vocabulary, not 2^22."""
+        buckets, counts = np.unique(bucketed_words(docs)[1], return_counts=True)
+        return pa.table([buckets.astype(np.int64), counts.astype(np.int64)], schema=self.summary_schema)
 
-    def corpus_signals(self, docs: DocumentBatch, summary: tuple[np.ndarray, np.ndarray]) -> dict:
-        buckets, counts = summary
+    def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict:
+        buckets, counts = summary.column("bucket").to_numpy(), summary.column("count").to_numpy()
         corpus = np.zeros(BUCKETS, np.int64)
         corpus[buckets] = counts
         offsets, buckets = bucketed_words(docs)

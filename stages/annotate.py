@@ -21,6 +21,9 @@ from corpus.text.batch import DocumentBatch
 
 class AnnotateOptions(StageOptions):
     rules: list[str] | None = Field(None, description="rules to compute, in order; default: every registered rule")
+    corpus_bucket_documents: int = Field(
+        30_000_000, ge=1, description="corpus rules count over buckets of at most this many documents (Llama 3)"
+    )
 
 
 STAGE = "annotate"

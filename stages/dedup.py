@@ -66,7 +66,9 @@ class DedupOptions(StageOptions):
         "ablation variants dedup without re-annotating",
     )
     minhash: MinHashOptions = MinHashOptions()
-    partitions: int = Field(16, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks)")
+    partitions: int | None = Field(
+        None, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks); default: one per 4M rows"
+    )
 
     @model_validator(mode="after")
     def _steps_have_keys(self) -> DedupOptions:

@@ -68,7 +68,7 @@ def shared_warcs() -> list[Path]:
 def clean_run(shared_warcs, tmp_path_factory):
     """One uninterrupted run (no Ray) over every shared WARC: (job, stats, output folder)."""
     from corpus.config.job import load_job
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     folder = tmp_path_factory.mktemp("clean")
     job = load_job(write_job(folder, [str(p) for p in shared_warcs], folder / "out"))

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 
 from corpus.config.job import JobError, load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 from corpus.sample.generate import SAMPLE_PATH
 
 pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")

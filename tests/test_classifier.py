@@ -13,7 +13,7 @@ from conftest import real_documents_module, shared, write_job
 
 from corpus.cli import main
 from corpus.config.job import JobError, load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 from corpus.lab.classifier import (
     ClassifierError,
     QualityModel,

@@ -28,7 +28,7 @@ from corpus.stages.dedup import (
 )
 
 from corpus.config.job import load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 from corpus.sample.generate import SAMPLE_PATH
 from corpus.text.batch import DocumentBatch
 

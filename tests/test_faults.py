@@ -57,7 +57,7 @@ def test_a_fault_never_crashes_the_job_nor_loses_a_record_and_is_named(name, bas
 
 def test_a_full_disk_fails_the_run_cleanly_and_a_rerun_after_making_room_completes(shared_warcs, tmp_path):
     from corpus.config.job import load_job
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     inputs = [str(path) for path in shared_warcs]
     body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'

@@ -15,9 +15,8 @@ from corpus.stages.schema import DOCUMENTS
 
 from corpus.cli import main
 from corpus.config.job import load_job
-from corpus.engine.executor import StaleOutput, run_job
-from corpus.engine.pipeline import document_rules, shard_id
-from corpus.engine.run_folder import OutputFolder, OutputLocked
+from corpus.engine import OutputLocked, RunFolder, StaleOutput, run_job
+from corpus.engine.plan import document_rules, shard_id
 from corpus.sample.generate import SAMPLE_PATH, build_sample
 
 
@@ -74,7 +73,7 @@ def test_changed_options_refuse_a_stale_output(clean_run, tmp_path):
 
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
     job = load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out"))
-    holder = OutputFolder(job.output)
+    holder = RunFolder(job.output)
     holder.lock()
     try:
         with pytest.raises(OutputLocked, match="is in use by pid"):

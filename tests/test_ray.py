@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, write_job
 
 from corpus.config.job import load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 
 pytestmark = pytest.mark.slow
 

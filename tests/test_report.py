@@ -14,7 +14,7 @@ from conftest import REPO
 
 from corpus.cli import main
 from corpus.config.job import load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 from corpus.report.run_report import load_run, report_data, signal_histograms, write_html
 
 

@@ -21,7 +21,7 @@ from corpus.stages.tokenize import (
 )
 
 from corpus.config.job import JobError, load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 from corpus.sample.generate import SAMPLE_PATH
 
 
@@ -240,7 +240,7 @@ def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and
 
 
 def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path):
-    from corpus.engine.pipeline import training_texts
+    from corpus.engine.tokens import training_texts
 
     path, _ = tokenizer_file
     shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")

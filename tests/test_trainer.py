@@ -12,7 +12,7 @@ from conftest import real_documents, shared, write_job
 from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
 
 from corpus.config.job import load_job
-from corpus.engine.executor import run_job
+from corpus.engine import run_job
 from corpus.sample.generate import SAMPLE_PATH
 
 torch = pytest.importorskip("torch", reason="the trainer needs the `ablation` extra (torch)")
@@ -43,9 +43,7 @@ def test_training_lowers_the_loss_and_the_same_seed_gives_the_same_losses(shards
     options = TrainOptions(steps=60, batch_size=8, lr=3e-3, warmup=5, eval_every=30, seed=1)
     rows = train_language_model(run, [reference], CONFIG, options)
     assert [row["step"] for row in rows] == [30, 60] and rows[1]["tokens"] == 60 * 8 * 64
-    assert rows[0]["parameters"] == sum(
-        p.numel() for p in LanguageModel(CONFIG).parameters()
-    )
+    assert rows[0]["parameters"] == sum(p.numel() for p in LanguageModel(CONFIG).parameters())
     assert rows[1]["train_loss"] < rows[0]["train_loss"] < math.log(512)  # learning, from a uniform guess's loss
     assert rows[1]["articles.nats_per_token"] < math.log(512)
     again = train_language_model(run, [reference], CONFIG, options)

@@ -231,7 +231,7 @@ def validated_spec(path: Path, data: dict) -> tuple[AblationJob, str]:
 
 def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     """Read and validate an ablation job, its documents job and every variant's selection, before anything runs."""
-    from corpus.engine.pipeline import annotate_fingerprint
+    from corpus.engine.keys import annotate_fingerprint
 
     path = Path(path)
     data, raw_bytes = read_toml(path)

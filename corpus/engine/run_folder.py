@@ -1,17 +1,19 @@
-"""The output folder: the one writer of Parquet and JSON, atomic per file, and the run lock.
+"""The run folder: every path of a run, and every read and write of it, local or any fsspec URL.
 
-Layout of a run's output folder (local path or any fsspec URL):
+    plan.parquet                   the planned shards: ordinal, id, source (tasks that need the list read it here)
+    documents/<shard>.parquet      one file per input shard, row groups of `read.batch_size` documents
+    shards/<shard>.json            written last for a shard: its counts and errors; its presence = shard complete
+    summaries/<rule>/<shard>.parquet, summaries/combined/<rule>-<bucket>.parquet   corpus rules' counts (Arrow)
+    corpus_signals/<shard>.parquet the corpus rules' per-document signals
+    selection/<shard>.parquet      per document: kept, first and all failing thresholds, dedup decisions
+    rule_selection/<shard>.parquet with dedup steps: the thresholds' selection that dedup starts from
+    dedup/<step>/decisions/<shard>.parquet   each step's decisions (its shuffle files are removed once decided)
+    tokens/                        token shards and their manifest
+    manifest.json, stats.json, job.toml
 
-    documents/<shard>.parquet   one file per input shard, row groups of `read.batch_size` documents
-    shards/<shard>.json         written last for a shard: its counts and errors; its presence = shard complete
-    manifest.json               every shard: file, rows, bytes, sha256, the configuration fingerprint
-    stats.json                  counts per stage and per shard, totals, throughput
-    selection/<shard>.parquet   per document: kept, first and all failing thresholds, dedup decisions
-    dedup/<step>/...            the dedup shuffle: partition files, per-partition forests, done markers
-    job.toml                    the job file as run
-
-Every file is written to a temporary name and renamed into place, so a killed run never leaves a partial
-file under a final name, and a re-run skips exactly the shards whose `shards/<shard>.json` exists.
+A task's outputs are written first, each to a temporary name renamed into place, and its marker (a JSON report
+holding the task's key) last: a killed run never leaves a partial file under a final name, and a re-run skips
+exactly the tasks whose marker holds their key. The report, the lab and the CLI read a run only through here.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ class OutputLocked(Exception):
     """Another run holds this output folder."""
 
 
-class OutputFolder:
+class RunFolder:
+    """A run's output folder, local or any fsspec URL."""
+
     def __init__(self, url: str):
         self.url = url.rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
@@ -105,6 +109,34 @@ class OutputFolder:
                     reports.append(json.load(fh))
         return reports
 
+    def exists(self, relative: str) -> bool:
+        return self.fs.exists(self.path(relative))
+
+    def read_table(self, relative: str, columns: list[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
+        with self.fs.open(self.path(relative), "rb") as fh:
+            return pq.read_table(fh, columns=columns, schema=schema)
+
+    def read_folder(self, relative: str, columns: list[str] | None = None) -> pa.Table:
+        """Every Parquet file under a folder of the run as one table (e.g. `selection`)."""
+        return pq.read_table(self.path(relative), columns=columns, filesystem=self.fs)
+
+    def iter_batches(self, relative: str, batch_size: int, columns: list[str] | None = None):
+        """A Parquet file of the run as tables of `batch_size` rows, streamed."""
+        with self.fs.open(self.path(relative), "rb") as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns):
+                yield pa.Table.from_batches([batch])
+
+    def remove(self, pattern: str) -> int:
+        """Delete the run's files matching a glob (relative); returns how many."""
+        names = self.fs.glob(self.path(pattern))
+        for name in names:
+            self.fs.rm(name, recursive=True)
+        return len(names)
+
+    def done(self, marker: str, key: str) -> dict | None:
+        """The report a task left at `marker` if it was written for `key` (the work is done), else None."""
+        return self.report_with_key(marker, key)
+
     def remove_temporaries(self) -> int:
         """Delete partial files left by a killed run (call with the lock held); returns how many."""
         leftovers = self.fs.glob(self.path("**", "*.tmp-*"))
@@ -149,7 +181,7 @@ class ParquetShardWriter:
     it raises, so a failed shard never leaves a file under its final name.
     """
 
-    def __init__(self, folder: OutputFolder, relative: str, schema: pa.Schema):
+    def __init__(self, folder: RunFolder, relative: str, schema: pa.Schema):
         self.folder = folder
         self.relative = relative
         self.final = folder.path(relative)
@@ -200,3 +232,66 @@ class ParquetShardWriter:
             pass  # closing a file on a full disk fails again; it is removed all the same
         finally:
             self.folder._discard(self.temporary)
+
+
+def documents_path(shard: str) -> str:
+    return f"documents/{shard}.parquet"
+
+
+def shard_report_path(shard: str) -> str:
+    return f"shards/{shard}.json"
+
+
+def selection_path(shard: str) -> str:
+    return f"selection/{shard}.parquet"
+
+
+def selection_marker(shard: str) -> str:
+    return f"selection/_{shard}.json"  # '_': Parquet readers of the folder skip it
+
+
+def rule_selection_path(shard: str) -> str:
+    """With dedup steps: the thresholds' selection, before dedup (which `selection/` holds after)."""
+    return f"rule_selection/{shard}.parquet"
+
+
+def rule_selection_marker(shard: str) -> str:
+    return f"rule_selection/_{shard}.json"
+
+
+def summary_path(rule: str, shard: str) -> str:
+    return f"summaries/{rule}/{shard}.parquet"
+
+
+def summary_marker(shard: str) -> str:
+    return f"summaries/_{shard}.json"
+
+
+def combined_path(rule: str, bucket: int) -> str:
+    return f"summaries/combined/{rule}-{bucket:05d}.parquet"
+
+
+def combined_marker(bucket: int) -> str:
+    return f"summaries/combined/_{bucket:05d}.json"
+
+
+def corpus_signals_path(shard: str) -> str:
+    return f"corpus_signals/{shard}.parquet"
+
+
+def corpus_signals_marker(shard: str) -> str:
+    return f"corpus_signals/_{shard}.json"
+
+
+def dedup_path(step: str, *parts: str) -> str:
+    return "/".join(["dedup", step, *parts])
+
+
+def decisions_path(step: str, shard: str) -> str:
+    return dedup_path(step, "decisions", f"{shard}.parquet")
+
+
+PLAN = "plan.parquet"
+STATS = "stats.json"
+MANIFEST = "manifest.json"
+TOKEN_MANIFEST = "tokens/manifest.json"

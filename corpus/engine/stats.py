@@ -6,10 +6,11 @@ from collections import Counter
 
 from corpus import __version__
 from corpus.config.job import Job
-from corpus.engine.pipeline import ALL_STAGES, STAGES
+from corpus.engine.shards import STAGES
 from corpus.stages.accounting import StageCounts, check_chain
 
 MAX_ERROR_EXAMPLES = 200
+ALL_STAGES = (*STAGES, "select", "dedup")
 
 
 def stage_counts(report: dict) -> list[StageCounts]:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from corpus import __version__
 from corpus.config.ablation import Ablation, ModelOptions
 from corpus.config.job import Job, JobError
-from corpus.engine.run_folder import OutputFolder
+from corpus.engine.run_folder import RunFolder
 from corpus.lab.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task
 from corpus.rulebook import content_sha256, load_once
@@ -139,7 +139,8 @@ def _run_all(specs: list[dict], use_ray: bool, on_done) -> dict[str, str]:
         return failed
     import ray
 
-    from corpus.engine.executor import _format_failure, ensure_ray
+    from corpus.engine import ensure_ray
+    from corpus.engine.tasks import format_failure as _format_failure
 
     ensure_ray()
     gpus = ray.cluster_resources().get("GPU", 0) > 0
@@ -183,7 +184,7 @@ def _variant_counts(name: str, selection: pa.Table, documents: pa.Table, trained
     return pa.Table.from_pylist([{"variant": name, **row} for row in rows], schema=VARIANT_COUNTS)
 
 
-def _tokenizer_file(ablation: Ablation, folder: OutputFolder, documents_stats: dict, log) -> str:
+def _tokenizer_file(ablation: Ablation, folder: RunFolder, documents_stats: dict, log) -> str:
     """The job's tokenizer, or one trained on every extracted document (again only when the documents changed)."""
     from corpus.stages.tokenize import train_tokenizer
 
@@ -216,7 +217,7 @@ def _scored_texts(ablation: Ablation, tokenizer: TextTokenizer) -> tuple[dict[st
     return texts, references, tasks
 
 
-def _variant_job(ablation: Ablation, name: str, folder: OutputFolder, tokenizer_path: str) -> Job:
+def _variant_job(ablation: Ablation, name: str, folder: RunFolder, tokenizer_path: str) -> Job:
     """A variant's selection job with the ablation's exclusions and tokenizer (shuffled token shards)."""
     variant = ablation.variants[name]
     tokenize = {
@@ -287,7 +288,7 @@ def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, steps:
     return specs
 
 
-def _save_run(folder: OutputFolder, spec: dict, rows: list[dict]) -> None:
+def _save_run(folder: RunFolder, spec: dict, rows: list[dict]) -> None:
     """A finished run's rows with its provenance, `runs/<name>.parquet`, then its key (the run is done)."""
     table = pa.Table.from_pylist(
         [{"variant": spec["variant"], "seed": spec["seed"], **row, **spec["provenance"]} for row in rows]
@@ -299,11 +300,11 @@ def _save_run(folder: OutputFolder, spec: dict, rows: list[dict]) -> None:
     folder.write_json(f"runs/_{spec['name']}.json", {"key": spec["key"]})
 
 
-def _select_variants(ablation: Ablation, folder: OutputFolder, tokenizer_path: str, overlap: pa.Table,
+def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str, overlap: pa.Table,
                      scored: list[str], use_ray: bool, summary: dict) -> tuple[dict, list[pa.Table]]:  # fmt: skip
     """Each variant's selection and token shards; its facts into `summary["variants"]`. Returns, per variant that
     has tokens, (job, manifest, kept ids), and the variants' kept/dropped counts."""
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     selected, counts = {}, []
     for name in ablation.variants:
@@ -312,7 +313,7 @@ def _select_variants(ablation: Ablation, folder: OutputFolder, tokenizer_path: s
         if stats["failed_shards"] or not stats["tokens"]:
             summary["failed_runs"][name] = f"selection failed or kept nothing: {stats['failed_shards']}"
             continue
-        variant_folder = OutputFolder(job.output)
+        variant_folder = RunFolder(job.output)
         selection = pq.read_table(
             variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
         )
@@ -356,10 +357,10 @@ def _plan_budget(ablation: Ablation, selected: dict, summary: dict, log) -> dict
 def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
     """Run (or resume) an ablation; returns its summary, also written to `ablation.json`. Results are in
     `results.parquet` and `variants.parquet` in the output folder."""
-    from corpus.engine.executor import run_job
+    from corpus.engine import run_job
 
     started = time.perf_counter()
-    folder = OutputFolder(ablation.output)
+    folder = RunFolder(ablation.output)
     folder.lock()
     try:
         log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")

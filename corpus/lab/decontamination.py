@@ -12,16 +12,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.config.job import Job
-from corpus.engine.run_folder import OutputFolder
+from corpus.engine.run_folder import RunFolder
 
 
 def document_batches(job: Job, columns: list[str]):
     """Tables of a complete run's stored documents (these columns), a batch at a time, in shard order."""
-    from corpus.engine.pipeline import documents_folder, plan_shards, stored_batches
+    from corpus.engine.plan import documents_folder, make_plan
+    from corpus.engine.run_folder import documents_path
 
     folder = documents_folder(job)
-    for shard in plan_shards(job):
-        yield from stored_batches(folder, shard, job.read.batch_size, columns)
+    for shard in make_plan(job).shards:
+        yield from folder.iter_batches(documents_path(shard.id), job.read.batch_size, columns)
 
 
 def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.ndarray:
@@ -53,7 +54,7 @@ def decontaminate(documents: Job, scored_texts: dict[str, list[str]], tokenizer,
     return pa.concat_tables(parts)
 
 
-def write_exclusions(folder: OutputFolder, overlap: pa.Table, scored: list[str], drop: bool) -> int:
+def write_exclusions(folder: RunFolder, overlap: pa.Table, scored: list[str], drop: bool) -> int:
     """`decontamination.parquet` (`overlap`: per document its tokens and the n-grams it shares with each reference
     set and task) and `excluded.parquet` (the documents sharing any, when `drop`); returns how many share any."""
     with folder.parquet_writer("decontamination.parquet", overlap.schema) as writer:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from corpus.config.job import Job, JobError, load_job, resolve_rules
 from corpus.rulebook import load_once
@@ -46,14 +44,14 @@ class RunView:
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.executor import resolve_quantiles
-    from corpus.engine.pipeline import plan_shards, stored_signals
+    from corpus.engine.plan import make_plan
+    from corpus.engine.run_folder import STATS, RunFolder, documents_path, selection_path
+    from corpus.engine.select import resolve_quantiles, stored_signals
 
-    run = Path(run_dir)
-    stats_path = run / "stats.json"
-    if not stats_path.is_file():
-        raise JobError(f"{run} has no stats.json: not a finished run (run `corpus run JOB` first)")
-    stats = json.loads(stats_path.read_text())
+    run = RunFolder(str(run_dir))
+    stats = run.read_json(STATS)
+    if stats is None:
+        raise JobError(f"{run.url} has no stats.json: not a finished run (run `corpus run JOB` first)")
     job_file = Path(stats["job_file"])
     if not job_file.is_file():
         raise JobError(f"{run}: the job file it was made with, {job_file}, is gone; the report needs its rules")
@@ -69,15 +67,15 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         except JobError as exc:
             raise JobError(str(exc).replace(str(job_file), str(select_path))) from None
         job = job.model_copy(update={"thresholds": thresholds})
-    shards = plan_shards(job)
-    thresholds = resolve_quantiles(job, shards)
+    shards = make_plan(job).shards
+    thresholds = resolve_quantiles(job, [shard.id for shard in shards])
     columns = list(dict.fromkeys(threshold.column for threshold in thresholds))
     parts = []
     for shard in shards:
-        signals = stored_signals(job, shard, columns)
-        documents = pq.read_table(run / shard.documents_path, columns=["url", "domain", "text"])
+        signals = stored_signals(job, shard.id, columns)
+        documents = run.read_table(documents_path(shard.id), columns=["url", "domain", "text"])
         if select_file is None:
-            selection = pq.read_table(run / shard.selection_path).select(
+            selection = run.read_table(selection_path(shard.id)).select(
                 ["kept", "first_failure", "failures", "duplicate_of"]
             )
         else:
@@ -123,7 +121,7 @@ def _failing_matrix(docs: pa.Table, names: list[str]) -> np.ndarray:
 
 def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     """Everything the report shows, as plain data (the HTML and the terminal render it)."""
-    from corpus.engine.pipeline import job_rules
+    from corpus.engine.plan import job_rules
 
     docs = view.documents
     words = docs.column("words").to_numpy()
@@ -229,7 +227,8 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
 
 def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
     """The stored texts of these rows of the view, one read per shard."""
-    from corpus.engine.pipeline import documents_folder, texts_at
+    from corpus.engine.dedup import texts_at
+    from corpus.engine.plan import documents_folder
 
     folder = documents_folder(view.job)
     wanted = np.unique(np.asarray(rows, np.int64))

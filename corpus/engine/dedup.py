@@ -1,0 +1,358 @@
+"""The dedup steps as tasks over files, so no machine holds more than a partition.
+
+Per step: a shuffle (a task per shard writes its selected documents' keys into partition files), a forest per
+partition (union-find of the documents sharing a key), star rounds until the components are stars (connected
+components over files, Kiveris et al. 2014), labels, the document each component keeps, and each shard's
+decisions (`dedup/<step>/decisions/<shard>.parquet`). Partitions follow the data: one per
+`PARTITION_ROWS` shuffle rows unless `[dedup] partitions` says otherwise. Once a step is decided
+(`dedup/<step>/decided.json`), its shuffle files and the markers of its intermediate tasks are removed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from corpus.config.job import Job
+from corpus.engine.keys import cache_key
+from corpus.engine.plan import Shard, documents_folder, planned_shard_ids
+from corpus.engine.run_folder import (
+    RunFolder,
+    decisions_path,
+    dedup_path,
+    documents_path,
+    rule_selection_marker,
+    rule_selection_path,
+    selection_marker,
+    selection_path,
+)
+from corpus.engine.select import rule_kept_rows, stored_signals
+from corpus.engine.tasks import Context, Task, kind, run_phase
+from corpus.stages.dedup import (
+    COMPONENTS,
+    DECISIONS,
+    EDGES,
+    LABELS,
+    NODES,
+    SHUFFLE,
+    STEP_KEYS,
+    apply_duplicates,
+    best_roots,
+    edge_checksum,
+    forest_edges,
+    jaccard,
+    partition_forest,
+    partition_of,
+    shuffle_rows,
+    star_labels,
+    star_step,
+    stars_converged,
+    step_keys,
+    unique_edges,
+)
+from corpus.stages.select import SELECTION
+from corpus.text.batch import DocumentBatch
+
+MAX_STAR_ROUNDS = 200
+PARTITION_ROWS = 4_000_000  # shuffle rows per partition: ~200 MB of edges and nodes in a star-round task
+
+
+def partition_count(job: Job, step: str, documents: int) -> int:
+    """The job's `[dedup] partitions`, or one per `PARTITION_ROWS` shuffle rows (a document is a row per band)."""
+    if job.dedup.partitions is not None:
+        return job.dedup.partitions
+    rows_per_document = job.dedup.minhash.bands_rows()[0] if step == "minhash" else 1
+    return max(1, math.ceil(documents * rows_per_document / PARTITION_ROWS))
+
+
+def _params(task: Task) -> tuple[str, int]:
+    return task.param("step"), task.param("partitions")
+
+
+def _write_partitioned(folder: RunFolder, directory: str, name: str, table: pa.Table, partition: np.ndarray,
+                       folders: list[str] | None = None) -> None:  # fmt: skip
+    """`table`'s rows as `<directory>/<part>/<name>.parquet`, a file per partition that has rows (`part`: the
+    partition number, or `folders[partition]`); this writer's files from an earlier attempt go first."""
+    folder.remove(f"{directory}/*/{name}.parquet")
+    for p in np.unique(partition):
+        part = folders[p] if folders is not None else str(p)
+        with folder.parquet_writer(f"{directory}/{part}/{name}.parquet", table.schema) as writer:
+            writer.write(table.filter(pa.array(partition == p)))
+
+
+def _table(folder: RunFolder, directory: str, names: list[str], schema: pa.Schema) -> pa.Table:
+    """The `<directory>/<name>.parquet` files of these writers that exist, as one table. Not a glob: a writer no
+    longer in the job may have left files there."""
+    parts = [folder.read_table(f"{directory}/{name}.parquet", schema=schema) for name in names
+             if folder.exists(f"{directory}/{name}.parquet")]  # fmt: skip
+    return pa.concat_tables([schema.empty_table(), *parts])
+
+
+def _edges_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
+    return pa.table({"a": np.concatenate([a, b]), "b": np.concatenate([b, a])}, schema=EDGES)
+
+
+@kind("dedup_shuffle")
+def shuffle_shard(job: Job, task: Task, context: Context) -> dict:
+    """A shard's selected documents (less those earlier steps dropped) as (band, key, document) rows, one file
+    per partition: `dedup/<step>/shuffle/<p>/<shard>.parquet`."""
+    step, partitions = _params(task)
+    shard = task.shard
+    columns = [STEP_KEYS[step], "date", *(["text"] if step == "url" else [])]
+    earlier = shard_decisions(job, shard.id, task.param("index"))
+    rows = np.setdiff1d(rule_kept_rows(job, shard.id), earlier["rows"][earlier["step"] >= 0])
+    chosen = stored_signals(job, shard.id, columns).take(pa.array(rows, pa.int64()))
+    lengths = (
+        pc.utf8_length(chosen.column("text")).to_numpy().astype(np.int64) if step == "url" else np.zeros(len(rows))
+    )
+    shuffle = shuffle_rows(
+        chosen.column("id").to_pylist(),
+        (np.int64(shard.ordinal) << np.int64(32)) | rows.astype(np.int64),
+        step_keys(chosen, step, job.dedup),
+        chosen.column("date").cast(pa.int64()).fill_null(0).to_numpy(),
+        lengths,
+    )
+    partition = partition_of(shuffle.column("key").to_numpy(), partitions)
+    _write_partitioned(RunFolder(job.output), dedup_path(step, "shuffle"), shard.id, shuffle, partition)
+    return {"id": shard.id, "documents": len(rows), "rows": shuffle.num_rows}
+
+
+@kind("dedup_forest")
+def partition_forest_task(job: Job, task: Task, context: Context) -> dict:
+    """One shuffle partition: its linked documents as a forest (union-find), whose links start the star rounds
+    (`cc/0/<q>/<p>.parquet`, both directions, by node), and whose documents go by node to `nodes/<q>/<p>`."""
+    folder = RunFolder(job.output)
+    step, partitions = _params(task)
+    p = task.param("partition")
+    shard_ids = planned_shard_ids(folder, task.param("plan"))
+    rows = _table(folder, dedup_path(step, "shuffle", str(p)), shard_ids, SHUFFLE)
+    forest = partition_forest(rows, step)
+    edges = _edges_table(*forest_edges(forest))
+    _write_partitioned(
+        folder, dedup_path(step, "cc", "0"), str(p), edges, partition_of(edges.column("a").to_numpy(), partitions)
+    )
+    nodes = forest.select(NODES.names)
+    _write_partitioned(
+        folder, dedup_path(step, "nodes"), str(p), nodes, partition_of(nodes.column("ref").to_numpy(), partitions)
+    )
+    return {"id": task.id, "linked": forest.num_rows}
+
+
+@kind("dedup_star")
+def star_round(job: Job, task: Task, context: Context) -> dict:
+    """One partition's part of a star round (large-star on even rounds, small-star on odd ones): reads
+    `cc/<round>/<q>/`, writes the edges it emits by node to `cc/<round + 1>/`; reports the count and checksum of
+    the edges it read, which the driver compares between rounds."""
+    folder = RunFolder(job.output)
+    step, partitions = _params(task)
+    q, r = task.param("partition"), task.param("round")
+    edges = _table(folder, dedup_path(step, "cc", str(r), str(q)), [str(p) for p in range(partitions)], EDGES)
+    a, b = unique_edges(edges.column("a").to_numpy(), edges.column("b").to_numpy())
+    count, checksum = edge_checksum(a, b)
+    x, y = star_step(a, b, large=r % 2 == 0)
+    emitted = _edges_table(x, y)
+    target = dedup_path(step, "cc", str(r + 1))
+    _write_partitioned(folder, target, str(q), emitted, partition_of(emitted.column("a").to_numpy(), partitions))
+    return {"id": task.id, "edges": count, "checksum": checksum}
+
+
+@kind("dedup_label")
+def label_partition(job: Job, task: Task, context: Context) -> dict:
+    """After the last round: each document of partition `q` with its component's label (its smallest document),
+    to `labels/<partition of the label>/<q>.parquet`."""
+    folder = RunFolder(job.output)
+    step, partitions = _params(task)
+    q, names = task.param("partition"), [str(p) for p in range(partitions)]
+    edges = _table(folder, dedup_path(step, "cc", str(task.param("round")), str(q)), names, EDGES)
+    nodes, labels = star_labels(*unique_edges(edges.column("a").to_numpy(), edges.column("b").to_numpy()))
+    attributes = _table(folder, dedup_path(step, "nodes", str(q)), names, NODES)
+    refs, first = np.unique(attributes.column("ref").to_numpy(), return_index=True)
+    labelled = attributes.take(pa.array(first[np.searchsorted(refs, nodes)], pa.int64()))
+    labelled = labelled.append_column(LABELS.field("label"), pa.array(labels, pa.int64()))
+    _write_partitioned(folder, dedup_path(step, "labels"), str(q), labelled, partition_of(labels, partitions))
+    return {"id": task.id, "documents": len(nodes)}
+
+
+@kind("dedup_roots")
+def roots_partition(job: Job, task: Task, context: Context) -> dict:
+    """The components labelled into partition `q`: the document each keeps and its size, by the shard of each
+    document to `components/<shard>/<q>.parquet`."""
+    folder = RunFolder(job.output)
+    step, partitions = _params(task)
+    q = task.param("partition")
+    labelled = _table(folder, dedup_path(step, "labels", str(q)), [str(p) for p in range(partitions)], LABELS)
+    components = best_roots(labelled, step)
+    ordinal = (components.column("ref").to_numpy() >> np.int64(32)).astype(np.int64)
+    shard_ids = planned_shard_ids(folder, task.param("plan"))
+    _write_partitioned(folder, dedup_path(step, "components"), str(q), components, ordinal, shard_ids)
+    return {"id": task.id, "components": int(len(np.unique(components.column("root").to_numpy())))}
+
+
+@kind("dedup_decide")
+def decide_shard(job: Job, task: Task, context: Context) -> dict:
+    """A shard's decisions of one step: each of its documents in a component (row, dropped or kept, the id of the
+    document kept, the size). With `verify_threshold`, a MinHash duplicate whose exact Jaccard with the kept
+    document is below it stays (LSH false positives, and documents joined only through a chain of others)."""
+    folder = RunFolder(job.output)
+    step, partitions = _params(task)
+    shard = task.shard
+    names = [str(p) for p in range(partitions)]
+    components = _table(folder, dedup_path(step, "components", shard.id), names, COMPONENTS)
+    refs, roots = components.column("ref").to_numpy(), components.column("root").to_numpy()
+    dropped = refs != roots
+    verify = job.dedup.minhash.verify_threshold
+    if step == "minhash" and verify is not None and dropped.any():
+        duplicates = np.flatnonzero(dropped)
+        shard_ids = planned_shard_ids(folder, task.param("plan"))
+        similarity = _jaccard_with_roots(job, shard.id, refs[duplicates], roots[duplicates], shard_ids)
+        dropped[duplicates[similarity < verify]] = False
+    decisions = pa.table(
+        {
+            "row": refs & np.int64(0xFFFFFFFF),
+            "dropped": dropped,
+            "cluster_id": components.column("root_id"),
+            "cluster_size": components.column("size"),
+        },
+        schema=DECISIONS,
+    )
+    with folder.parquet_writer(decisions_path(step, shard.id), DECISIONS) as writer:
+        writer.write(decisions)
+    return {"id": shard.id, "linked": decisions.num_rows, "dropped": int(dropped.sum())}
+
+
+def texts_at(folder: RunFolder, shard_id: str, rows: np.ndarray) -> list[str]:
+    """Texts of some rows of a shard's documents, reading only the row groups that hold them."""
+    import pyarrow.parquet as pq
+
+    with folder.fs.open(folder.path(documents_path(shard_id)), "rb") as fh:
+        parquet = pq.ParquetFile(fh)
+        starts = np.cumsum([0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)])
+        groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+        table = parquet.read_row_groups(groups.tolist(), columns=["text"])
+    within = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups]) if len(groups) else []
+    return table.column("text").take(pa.array(np.searchsorted(within, rows))).to_pylist()
+
+
+def _jaccard_with_roots(job: Job, shard_id: str, refs: np.ndarray, roots: np.ndarray, shards: list[str]) -> np.ndarray:
+    """Exact Jaccard of the shingles of this shard's documents `refs` with those of the documents `roots`."""
+    folder = documents_folder(job)
+    originals: list[str | None] = [None] * len(roots)
+    root_shards = roots >> np.int64(32)
+    for ordinal in np.unique(root_shards):
+        positions = np.flatnonzero(root_shards == ordinal)
+        texts = texts_at(folder, shards[ordinal], roots[positions] & np.int64(0xFFFFFFFF))
+        for i, text in zip(positions, texts, strict=True):
+            originals[i] = text
+    own = texts_at(folder, shard_id, refs & np.int64(0xFFFFFFFF))
+    return jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
+
+
+def shard_decisions(job: Job, shard_id: str, steps: int) -> dict:
+    """The first `steps` dedup steps' decisions for a shard's rows that took part in a component, as
+    `apply_duplicates` takes them: `rows`, `step` (the step that dropped it, or -1), `cluster_id` and `cluster_size`
+    of the last component it was in."""
+    folder = RunFolder(job.output)
+    tables = [DECISIONS.empty_table().append_column("step", pa.array([], pa.int8()))]
+    for index, step in enumerate(job.dedup.steps[:steps]):
+        table = folder.read_table(decisions_path(step, shard_id), schema=DECISIONS)
+        step_of = pc.if_else(table.column("dropped"), index, -1).cast(pa.int8())
+        tables.append(table.append_column("step", step_of))
+    decided = pa.concat_tables(tables)
+    rows, order = decided.column("row").to_numpy(), np.arange(decided.num_rows)
+    by_row = np.lexsort((order, rows))  # a document's later step comes later: keep each row's last
+    last = by_row[np.r_[rows[by_row][1:] != rows[by_row][:-1], True]] if len(rows) else by_row
+    chosen = decided.take(pa.array(last, pa.int64()))
+    return {
+        "rows": chosen.column("row").to_numpy(),
+        "step": chosen.column("step").to_numpy(),
+        "cluster_id": chosen.column("cluster_id").to_pylist(),
+        "cluster_size": chosen.column("cluster_size").to_numpy(),
+    }
+
+
+INTERMEDIATES = ("shuffle", "cc", "nodes", "labels", "components")
+
+
+def _remove_intermediates(folder: RunFolder, step: str) -> None:
+    for name in INTERMEDIATES:
+        folder.remove(dedup_path(step, name))
+    folder.remove(dedup_path(step, "_*.json"))
+
+
+def deduplicate(job: Job, shards: list[Shard], select_keys: list[str], documents: int, plan_key: str,
+                runner, failed: dict[str, str]) -> str:  # fmt: skip
+    """Run the dedup steps over the selected documents of `shards`; returns the key of their decisions (what the
+    final selection depends on), or "" when a task failed (its failure is in `failed`)."""
+    folder = RunFolder(job.output)
+    key = cache_key("dedup", select_keys, job.dedup.model_dump(), [s.id for s in shards])
+    for index, step in enumerate(job.dedup.steps):
+        partitions = partition_count(job, step, documents)
+        key = cache_key(key, index, step, partitions)  # decided by the steps before
+        base = (("step", step), ("partitions", partitions), ("plan", plan_key), ("index", index))
+        decided = dedup_path(step, "decided.json")
+        if folder.done(decided, key) is None and not _run_step(job, shards, key, base, partitions, runner, failed):
+            return ""
+        folder.write_json(decided, {"key": key, "partitions": partitions, "shards": len(shards)})
+        _remove_intermediates(folder, step)
+    return key
+
+
+def _run_step(job: Job, shards: list[Shard], key: str, base: tuple, partitions: int, runner, failed) -> bool:
+    step = dict(base)["step"]
+
+    def phase(tasks) -> dict[str, dict] | None:
+        step_failed: dict[str, str] = {}
+        reports = run_phase(runner, job, tasks, step_failed)
+        failed.update(step_failed)
+        return None if step_failed else reports
+
+    def partition_tasks(name: str, marker: Callable[[int], str], extra: tuple = ()) -> list[Task]:
+        return [
+            Task(f"dedup_{name}", f"{step}-{name}-{q}", key, marker(q), None, (*base, ("partition", q), *extra))
+            for q in range(partitions)
+        ]
+
+    shuffles = [Task("dedup_shuffle", s.id, key, dedup_path(step, f"_{s.id}.json"), s, base) for s in shards]
+    if phase(shuffles) is None:
+        return False
+    if phase(partition_tasks("forest", lambda q: dedup_path(step, f"_forest-{q}.json"))) is None:
+        return False
+    checksums: list[tuple[int, int]] = []
+    while not stars_converged(checksums):
+        r = len(checksums)
+        if r == MAX_STAR_ROUNDS:
+            raise RuntimeError(f"dedup {step}: connected components did not converge in {r} rounds")
+        tasks = partition_tasks("star", lambda q, r=r: dedup_path(step, f"_star{r}-{q}.json"), (("round", r),))
+        reports = phase(tasks)
+        if reports is None:
+            return False
+        checksums.append((sum(rep["edges"] for rep in reports.values()),
+                          sum(rep["checksum"] for rep in reports.values()) % 2**64))  # fmt: skip
+    last = (("round", len(checksums) - 1),)
+    if phase(partition_tasks("label", lambda q: dedup_path(step, f"_label-{q}.json"), last)) is None:
+        return False
+    if phase(partition_tasks("roots", lambda q: dedup_path(step, f"_roots-{q}.json"))) is None:
+        return False
+    decide = [Task("dedup_decide", s.id, key, dedup_path(step, "decisions", f"_{s.id}.json"), s, base) for s in shards]
+    return phase(decide) is not None
+
+
+def apply_task(job: Job, shard: Shard, dedup_key: str, select_key: str) -> Task:
+    return Task("apply_dedup", shard.id, cache_key("deduped", select_key, dedup_key), selection_marker(shard.id), shard)
+
+
+@kind("apply_dedup", cpus=0.5)
+def apply_dedup(job: Job, task: Task, context: Context) -> dict:
+    """The shard's rule selection with every step's decisions: `selection/<shard>.parquet` rewritten, its report
+    (the rule selection's counts) extended with the dedup stage's."""
+    folder = RunFolder(job.output)
+    report = folder.read_json(rule_selection_marker(task.shard.id))
+    selection = folder.read_table(rule_selection_path(task.shard.id), schema=SELECTION)
+    deduped = apply_duplicates(selection, job.dedup.steps, shard_decisions(job, task.shard.id, len(job.dedup.steps)))
+    with folder.parquet_writer(selection_path(task.shard.id), SELECTION) as writer:
+        writer.write(deduped.table)
+    return {**report, "dedup": deduped.counts.to_dict()}

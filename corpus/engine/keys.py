@@ -1,0 +1,51 @@
+"""Every fingerprint and cache key of a run, over a canonical encoding (sorted-key JSON, never pickle), so a key
+is the same under any Python or library version and reading one never runs code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from corpus.config.job import Job
+from corpus.rulebook import PATH_OPTION, content_sha256, discover
+from corpus.stages.dedup import key_fields
+
+
+def cache_key(*parts) -> str:
+    """16 hex digits over the JSON of `parts` (dicts by sorted key; tuples as lists)."""
+    encoded = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()[:16]
+
+
+def fingerprint(job: Job) -> str:
+    """Hash of every option that changes a shard's documents; shards made under another fingerprint are stale."""
+    options = {"read": job.read.model_dump(), "extract": job.extract.model_dump()}
+    return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def annotate_fingerprint(job: Job) -> str:
+    """Hash of the rules computed, their versions and settings (with the contents of the files they name: a model
+    retrained in place), and of the dedup keys stored: signals made under another one are recomputed. Dedup's
+    bands and rows are not in it: they only regroup stored signatures."""
+    registry = discover()
+    rules = []
+    for name, options in job.rule_settings:
+        fields = registry[name].Options.model_fields
+        files = {
+            option: content_sha256(value)
+            for option, value in options.items()
+            if value and PATH_OPTION in fields[option].metadata
+        }
+        entry = (registry[name].versioned_name(), options)
+        rules.append((*entry, files) if files else entry)  # a rule that names no file keeps its old fingerprint
+    keys = [field.name for field in key_fields(job.dedup)]
+    if "minhash" in job.dedup.stored_keys():
+        minhash = job.dedup.minhash
+        keys.append({"ngram": minhash.ngram, "permutations": minhash.permutations, "seed": minhash.seed})
+    content = {"rules": rules, "dedup_keys": keys} if keys else rules  # without dedup: as before dedup existed
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def thresholds_key(thresholds: list) -> list:
+    """The part of a key that a list of resolved thresholds contributes."""
+    return [(t.reason, t.value) for t in thresholds]

@@ -1,0 +1,103 @@
+"""The plan: made once on the driver from a job, frozen, and what every task is given by reference.
+
+A task never receives the job as the user wrote it (with its input list, 90,000 paths for a Common Crawl
+snapshot): it receives `Plan.options`, the job without its inputs, once per worker node, and its own `Task`.
+The list of shards is written to the run folder (`plan.parquet`) for the few tasks that need to map a document
+reference (shard ordinal, row) back to a shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from corpus.config.job import Job
+from corpus.engine.keys import annotate_fingerprint
+from corpus.engine.run_folder import PLAN, RunFolder
+from corpus.rulebook import CorpusRule, Rule, discover
+
+PLAN_SCHEMA = pa.schema([("ordinal", pa.int64()), ("id", pa.string()), ("source", pa.string())])
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file: its ordinal in the plan (the high half of a document reference), id and source."""
+
+    ordinal: int
+    id: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    options: Job  # the job without its input list
+    shards: tuple[Shard, ...]
+
+
+def shard_id(source: str) -> str:
+    """Readable and stable: the file name without extensions, plus a short hash of the full source."""
+    name = source.rstrip("/").rsplit("/", 1)[-1]
+    stem = re.sub(r"\.(warc|wet|arc)(\.(gz|zst|lz4))?$", "", name, flags=re.IGNORECASE)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:80] or "input"
+    return f"{stem}-{hashlib.sha1(source.encode()).hexdigest()[:8]}"
+
+
+def make_plan(job: Job) -> Plan:
+    shards = tuple(Shard(ordinal, shard_id(source), source) for ordinal, source in enumerate(job.resolved_inputs))
+    return Plan(options=job.model_copy(update={"resolved_inputs": ()}), shards=shards)
+
+
+def write_plan(folder: RunFolder, plan: Plan) -> None:
+    table = pa.table(
+        {
+            "ordinal": [s.ordinal for s in plan.shards],
+            "id": [s.id for s in plan.shards],
+            "source": [s.source for s in plan.shards],
+        },
+        schema=PLAN_SCHEMA,
+    )
+    with folder.parquet_writer(PLAN, PLAN_SCHEMA) as writer:
+        writer.write(table)
+
+
+_SHARD_IDS: dict[tuple[str, str], list[str]] = {}
+
+
+def planned_shard_ids(folder: RunFolder, plan_key: str) -> list[str]:
+    """The run's shard ids by ordinal, read from `plan.parquet` once per worker process and plan."""
+    if (folder.url, plan_key) not in _SHARD_IDS:
+        _SHARD_IDS.clear()
+        _SHARD_IDS[(folder.url, plan_key)] = folder.read_table(PLAN, columns=["id"]).column("id").to_pylist()
+    return _SHARD_IDS[(folder.url, plan_key)]
+
+
+_RULES: dict[str, list[Rule]] = {}
+
+
+def job_rules(job: Job) -> list[Rule]:
+    """The job's rule instances, built once per worker process (blocklists load here, not per batch)."""
+    key = annotate_fingerprint(job)
+    if key not in _RULES:
+        registry = discover()
+        _RULES[key] = [
+            registry[name](registry[name].Options.model_validate(options)) for name, options in job.rule_settings
+        ]
+    return _RULES[key]
+
+
+def document_rules(job: Job) -> list[Rule]:
+    """Rules computed document by document in the annotate stage."""
+    return [rule for rule in job_rules(job) if not isinstance(rule, CorpusRule)]
+
+
+def corpus_rules(job: Job) -> list[CorpusRule]:
+    """Rules that need the whole corpus: summarised per shard, combined per bucket, then applied per document."""
+    return [rule for rule in job_rules(job) if isinstance(rule, CorpusRule)]
+
+
+def documents_folder(job: Job) -> RunFolder:
+    """Where the job's documents and signals live: its own output, or the run an ablation variant selects from."""
+    return RunFolder(job.documents_from or job.output)

@@ -1,0 +1,240 @@
+"""`run_job`: the phases of a run, in the order of the flow.
+
+plan -> extract (or re-annotate) each input -> corpus rules (summaries, buckets, signals) -> quantiles ->
+select -> dedup steps -> apply dedup -> tokenize (-> shuffle buckets) -> stats and manifest.
+
+Every phase is a list of tasks given to a runner; a task whose marker holds its key is skipped, so a re-run
+resumes where a killed one stopped and a changed threshold redoes only what depends on it. Ray starts only for
+a phase that needs workers: extraction, or a selection over more than `INLINE_DOCUMENTS` stored documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from corpus.config.job import Job, JobError
+from corpus.engine import corpus_rules as corpus_phase
+from corpus.engine import dedup as dedup_phase
+from corpus.engine import tokens as tokens_phase
+from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
+from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
+from corpus.engine.progress import RunProgress
+from corpus.engine.run_folder import MANIFEST, STATS, RunFolder, shard_report_path
+from corpus.engine.select import resolve_quantiles, select_task
+from corpus.engine.shards import shard_key, shard_task
+from corpus.engine.stats import summarize
+from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
+
+INLINE_DOCUMENTS = 200_000  # below this many stored documents, selecting and deduplicating in-process is faster
+
+
+class StaleOutput(JobError):
+    """The output folder holds shards made with other read/extract options."""
+
+
+def ensure_ray() -> None:
+    """Join the cluster `RAY_ADDRESS` names, or start a local one, once per process."""
+    import ray
+
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(logging_level=logging.WARNING)
+        else:
+            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+
+
+def _progress_actor():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class ProgressCounter:
+        def __init__(self):
+            self.records = 0
+            self.documents = 0
+
+        def add(self, records: int, documents: int) -> None:
+            self.records += records
+            self.documents += documents
+
+        def totals(self) -> tuple[int, int]:
+            return self.records, self.documents
+
+    # On the driver's node: a worker node lost mid-job must not take the run's progress (and the run) with it.
+    here = ray.get_runtime_context().get_node_id()
+    return ProgressCounter.options(
+        scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
+    ).remote()
+
+
+class Runners:
+    """The in-process runner, and Ray's, started the first time a phase needs it."""
+
+    def __init__(self, options: Job, use_ray: bool, progress: RunProgress | None):
+        self.options = options
+        self.use_ray = use_ray
+        self.progress = progress
+        self.totals = [0, 0]
+        self.inline = InlineRunner(self._count)
+        self._ray: RayRunner | None = None
+        self._counter = None
+
+    def _count(self, records: int, documents: int) -> None:
+        self.totals[0] += records
+        self.totals[1] += documents
+        if self.progress:
+            self.progress.update(*self.totals)
+
+    def ray(self) -> RayRunner:
+        if self._ray is None:
+            ensure_ray()
+            self._counter = _progress_actor()
+            self._ray = RayRunner(self.options, self._counter, on_tick=self.poll_progress)
+        return self._ray
+
+    def pick(self, needs_workers: bool):
+        return self.ray() if self.use_ray and needs_workers else self.inline
+
+    def poll_progress(self) -> None:
+        if self._counter is None or self.progress is None:
+            return
+        import ray
+
+        try:
+            self.progress.update(*ray.get(self._counter.totals.remote()))
+        except ray.exceptions.RayActorError:
+            self._counter = None  # progress is a nicety: the run goes on without its live line
+
+
+def _stored_reports(plan: Plan) -> dict[str, dict]:
+    """The complete shards' reports of this plan, refusing shards made with other read/extract options."""
+    options = plan.options
+    source = documents_folder(options)
+    expected = fingerprint(options)
+    reports = {}
+    for shard in plan.shards:
+        report = source.read_json(shard_report_path(shard.id))
+        if report is None:
+            continue
+        if report["fingerprint"] != expected:
+            raise StaleOutput(
+                f"{source.url} holds shard {shard.id} made with other read/extract options; "
+                "use a new output folder (or delete this one) to run with these options"
+            )
+        reports[shard.id] = report
+    return reports
+
+
+def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
+    """Run (or resume) a job; returns its stats, also written to `stats.json` in the output folder."""
+    folder = RunFolder(job.output)
+    folder.lock()
+    try:
+        return _run(job, folder, use_ray, progress_stream)
+    finally:
+        folder.unlock()
+
+
+def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
+    started = time.perf_counter()
+    folder.remove_temporaries()
+    plan = make_plan(job)
+    options = plan.options
+    plan_key = cache_key("plan", [shard.id for shard in plan.shards])
+    write_plan(folder, plan)
+    with open(job.source_file, "rb") as fh:
+        folder.write_bytes("job.toml", fh.read())
+
+    stored = _stored_reports(plan)
+    key = shard_key(options)
+    work = [shard_task(options, shard, stored.get(shard.id)) for shard in plan.shards
+            if stored.get(shard.id, {}).get("key") != key]  # fmt: skip
+    if job.documents_from and work:
+        raise StaleOutput(
+            f"{job.documents_from} lacks {len(work)} shard(s) with this job's signals (first: "
+            f"{work[0].shard.source}): run the documents job to completion first; a variant only selects"
+        )
+    progress = RunProgress(len(plan.shards), len(plan.shards) - len(work), progress_stream)
+    runners = Runners(options, use_ray, progress)
+    failed: dict[str, str] = {}
+
+    def finished(task, error) -> None:
+        runners.poll_progress()
+        progress.shard_finished(task.id, error)
+
+    try:
+        run_phase(runners.pick(needs_workers=True), options, work, failed, finished)
+    finally:
+        progress.close()
+
+    reports = _stored_reports(plan)
+    shards = [shard for shard in plan.shards if shard.id in reports]
+    for report in reports.values():
+        report["skipped"] = report["id"] in stored and report["id"] not in {task.id for task in work}
+    documents = sum(report["documents"]["rows"] for report in reports.values())
+    runner = runners.pick(needs_workers=documents > INLINE_DOCUMENTS)
+
+    corpus_key_of: dict[str, str] = {shard.id: "" for shard in shards}
+    bucket_of: dict[str, tuple[int, str]] = {}
+    if corpus_rules(options) and shards:
+        summaries, combines, signals, bucket_of = corpus_phase.corpus_tasks(options, shards, reports, plan_key)
+        done = run_phase(runner, options, summaries, failed)
+        summarized = {s.id for s in shards if s.id in done}
+        combines = [t for t in combines if all(s in summarized for s in _members(t, plan))]
+        run_phase(runner, options, combines, failed)
+        done = run_phase(runner, options, [t for t in signals if t.id in summarized], failed)
+        shards = [shard for shard in shards if shard.id in done]
+        corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
+
+    thresholds = resolve_quantiles(options, [shard.id for shard in shards])
+    selecting = options.model_copy(update={"thresholds": tuple(thresholds)})
+    select_tasks = [select_task(selecting, shard, corpus_key_of[shard.id]) for shard in shards]
+    selections = run_phase(runner, selecting, select_tasks, failed)
+    shards = [shard for shard in shards if shard.id in selections]
+    selection_keys = {task.id: task.key for task in select_tasks}
+
+    if options.dedup.steps and shards:
+        select_keys = [selection_keys[shard.id] for shard in shards]
+        dedup_key = dedup_phase.deduplicate(selecting, shards, select_keys, documents, plan_key, runner, failed)
+        if dedup_key:
+            applies = [dedup_phase.apply_task(selecting, s, dedup_key, selection_keys[s.id]) for s in shards]
+            selections = run_phase(runner, selecting, applies, failed)
+            selection_keys = {task.id: task.key for task in applies}
+        else:
+            selections = {}
+        shards = [shard for shard in shards if shard.id in selections]
+
+    tokenized = None
+    if options.tokenize.tokenizer:
+        tasks = [tokens_phase.tokenize_task(selecting, s, selection_keys[s.id], bucket_of.get(s.id, (None,))[0])
+                 for s in shards]  # fmt: skip
+        tokenize_failed: dict[str, str] = {}
+        tokenized = run_phase(runner, selecting, tasks, tokenize_failed)
+        failed.update(tokenize_failed)
+        if options.tokenize.shuffle_seed is not None and not tokenize_failed:
+            buckets = tokens_phase.bucket_tasks(selecting, list(tokenized.values()), plan_key)
+            tokenized = run_phase(runner, selecting, buckets, failed)
+        tokens_phase.write_token_manifest(selecting, list(tokenized.values()), thresholds)
+
+    ordered = [reports[shard_id] for shard_id in sorted(reports)]
+    stats = summarize(options, ordered, selections, failed, time.perf_counter() - started, thresholds, tokenized)
+    stats["runner"] = runner.name
+    folder.write_json(STATS, stats)
+    folder.write_json(
+        MANIFEST,
+        {
+            "job": job.name,
+            "fingerprint": fingerprint(options),
+            "annotate_fingerprint": annotate_fingerprint(options),
+            "rules": [name for name, _ in options.rule_settings],
+            "thresholds": {threshold.reason: threshold.value for threshold in thresholds},
+            "schema": "corpus.stages.schema.DOCUMENTS + one column per rule signal",
+            "shards": [{"id": r["id"], "source": r["source"], **(r["documents"] or {})} for r in ordered],
+        },
+    )
+    return stats
+
+
+def _members(task, plan: Plan) -> list[str]:
+    return [plan.shards[o].id for o in corpus_phase._ordinals(task.param("members"))]

@@ -1,0 +1,100 @@
+"""Selection, computed once per shard and run: the job's thresholds (quantiles resolved over the run) and its
+exclusion list over the stored signals, written to `selection/<shard>.parquet`; the dedup steps read it, and
+`apply_dedup` rewrites it with their decisions."""
+
+from __future__ import annotations
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from corpus.config.job import Job
+from corpus.engine.keys import cache_key, thresholds_key
+from corpus.engine.plan import Shard, corpus_rules, documents_folder
+from corpus.engine.run_folder import (
+    RunFolder,
+    corpus_signals_path,
+    documents_path,
+    rule_selection_marker,
+    rule_selection_path,
+    selection_marker,
+    selection_path,
+)
+from corpus.engine.tasks import Context, Task, kind
+from corpus.rulebook import content_sha256, load_once
+from corpus.stages.select import SELECTION, select_documents
+
+
+def stored_signals(job: Job, shard_id: str, columns: list[str]) -> pa.Table:
+    """`id` and the named signal columns of a shard, from its documents and, for corpus rules, its corpus file."""
+    folder = documents_folder(job)
+    corpus_columns = {rule.column(s.name) for rule in corpus_rules(job) for s in rule.signals}
+    table = folder.read_table(
+        documents_path(shard_id), columns=["id", *(c for c in columns if c not in corpus_columns)]
+    )
+    wanted_there = [c for c in columns if c in corpus_columns]
+    if wanted_there:
+        extra = folder.read_table(corpus_signals_path(shard_id), columns=["id", *wanted_there])
+        if extra.column("id") != table.column("id"):
+            raise RuntimeError(f"{corpus_signals_path(shard_id)} is out of step with {documents_path(shard_id)}; rerun")
+        for name in wanted_there:
+            table = table.append_column(name, extra.column(name))
+    return table
+
+
+def resolve_quantiles(job: Job, shard_ids: list[str]) -> list:
+    """The job's thresholds with each quantile turned into a value over every complete shard's documents."""
+    thresholds = list(job.thresholds)
+    columns = list(dict.fromkeys(t.column for t in thresholds if t.quantile is not None))
+    if not columns or not shard_ids:
+        return thresholds
+    values = pa.concat_tables([stored_signals(job, shard, columns) for shard in shard_ids])
+    return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
+
+
+def excluded_ids(path: str) -> pa.Array:
+    """The `id` column of an exclusion file (`exclude` in the job)."""
+    import pyarrow.parquet as pq
+
+    try:
+        with fsspec.open(path, "rb") as fh:
+            return pq.read_table(fh, columns=["id"]).column("id").combine_chunks()
+    except (OSError, KeyError, pa.ArrowInvalid) as exc:
+        raise RuntimeError(f"{path} (key 'exclude'): cannot read an `id` column: {exc}") from exc
+
+
+def select_key(job: Job, corpus_key: str) -> str:
+    """What a shard's rule selection depends on: its signals (and corpus signals), thresholds and exclusions."""
+    from corpus.engine.shards import shard_key
+
+    exclusions = content_sha256(job.exclude) if job.exclude and "://" not in job.exclude else job.exclude
+    return cache_key("select", shard_key(job), corpus_key, thresholds_key(job.thresholds), exclusions)
+
+
+def select_task(job: Job, shard: Shard, corpus_key: str) -> Task:
+    marker = rule_selection_marker(shard.id) if job.dedup.steps else selection_marker(shard.id)
+    return Task("select", shard.id, select_key(job, corpus_key), marker, shard)
+
+
+@kind("select", cpus=0.5)
+def select_shard(job: Job, task: Task, context: Context) -> dict:
+    """Apply the thresholds (quantiles already resolved in the options) to a shard's stored signals; write
+    `selection/<id>.parquet`. Returns the select stage's counts and, per threshold, the documents failing it."""
+    thresholds = job.thresholds
+    signals = stored_signals(job, task.shard.id, list(dict.fromkeys(t.column for t in thresholds)))
+    excluded = None
+    if job.exclude:
+        ids = load_once(excluded_ids, job.exclude)
+        excluded = pc.is_in(signals.column("id"), value_set=ids).to_numpy(zero_copy_only=False)
+    selected, failing = select_documents(signals, thresholds, excluded)
+    path = rule_selection_path(task.shard.id) if job.dedup.steps else selection_path(task.shard.id)
+    with RunFolder(job.output).parquet_writer(path, SELECTION) as writer:
+        writer.write(selected.table)
+    return {"id": task.shard.id, "select": selected.counts.to_dict(), "failing": failing}
+
+
+def rule_kept_rows(job: Job, shard_id: str) -> np.ndarray:
+    """Rows of a shard that its thresholds keep (read from `rule_selection/<shard>.parquet`)."""
+    kept = RunFolder(job.output).read_table(rule_selection_path(shard_id), columns=["kept"]).column("kept")
+    return np.flatnonzero(kept.to_numpy(zero_copy_only=False))

@@ -1,0 +1,210 @@
+"""Tasks and their one runner: what a unit of work is, when it is already done, and where it runs.
+
+A `Task` is small and typed: its kind, its id, its cache key, its marker (the report it writes last; a marker
+holding the task's key means the work is done, the one rule for every kind), its shard if it has one, and a few
+fixed-size parameters. Its kind names the function that does the work and the resources it needs. The options
+(the job without its inputs) travel by reference: once per node with Ray, never once per task.
+
+Runners: `InlineRunner` (in this process, one after another), `RayRunner` (a bounded window of tasks in flight,
+so the driver never holds a snapshot's worth of pending work) and `DryRunner` (executes nothing: measures what
+each task would ship).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from corpus.config.job import Job
+from corpus.engine.plan import Shard
+from corpus.engine.run_folder import RunFolder
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: str
+    id: str
+    key: str
+    marker: str  # relative to the kind's folder; written last, holding `key`
+    shard: Shard | None = None
+    params: tuple[tuple[str, int | str], ...] = ()
+
+    def param(self, name: str):
+        return dict(self.params)[name]
+
+    @property
+    def label(self) -> str:
+        """What a failure is reported under: the input file of a shard task, else the task's id."""
+        return self.shard.source if self.shard is not None else self.id
+
+
+@dataclass(frozen=True)
+class Kind:
+    function: Callable[..., dict]
+    cpus: float | None  # None: the job's [ray] num_cpus_per_task (the heavy per-input tasks)
+    in_documents_folder: bool  # its outputs live with the documents (an ablation variant's source run)
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def kind(name: str, cpus: float | None = 1.0, in_documents_folder: bool = False):
+    """Register `function(options, task, context) -> report` as the work of tasks of kind `name`."""
+
+    def register(function: Callable[..., dict]) -> Callable[..., dict]:
+        KINDS[name] = Kind(function, cpus, in_documents_folder)
+        return function
+
+    return register
+
+
+@dataclass
+class Context:
+    """What a running task may use besides its options: where it runs, and a progress callback."""
+
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    on_progress: Callable[[int, int], None] | None = None
+
+
+def task_folder(options: Job, task: Task) -> RunFolder:
+    in_documents = KINDS[task.kind].in_documents_folder and options.documents_from
+    return RunFolder(options.documents_from if in_documents else options.output)
+
+
+def execute(options: Job, task: Task, context: Context | None = None) -> dict:
+    """Run one task unless its marker says it is done; its marker is written after its outputs."""
+    folder = task_folder(options, task)
+    done = folder.done(task.marker, task.key)
+    if done is not None:
+        return done
+    report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
+    folder.write_json(task.marker, report)
+    return report
+
+
+def format_failure(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc  # unwrap Ray's RayTaskError
+    return f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:500]
+
+
+Outcome = tuple[Task, dict | None, str | None]  # the task, its report, or its failure
+
+
+class InlineRunner:
+    """Every task in this process, in order: `corpus run --no-ray`, tests, and runs too small to start Ray for."""
+
+    name = "in-process"
+
+    def __init__(self, on_progress: Callable[[int, int], None] | None = None):
+        self.on_progress = on_progress
+
+    def run(self, options: Job, tasks: Iterable[Task]) -> Iterator[Outcome]:
+        context = Context(on_progress=self.on_progress)
+        for task in tasks:
+            try:
+                yield task, execute(options, task, context), None
+            except Exception as exc:  # noqa: BLE001 - a failed task is reported, the others go on
+                logging.getLogger("corpus").debug(traceback.format_exc())
+                yield task, None, format_failure(exc)
+
+
+def _ray_execute(options: Job, task: Task, counter) -> dict:
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    on_progress = (lambda r, d: counter.add.remote(r, d)) if counter is not None else None
+    return execute(options, task, Context(worker=f"ray-node:{node}", on_progress=on_progress))
+
+
+class RayRunner:
+    """Tasks as Ray tasks, at most `window` in flight; the options object is put in the object store once per
+    distinct options (the resolved thresholds make a second one), so each task ships only itself."""
+
+    name = "ray"
+
+    def __init__(
+        self, options: Job, counter=None, window: int | None = None, on_tick: Callable[[], None] | None = None
+    ):
+        import ray
+
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.window = window or max(64, 4 * cpus)
+        self.counter = counter
+        self.on_tick = on_tick  # called about once a second while tasks run: the live progress line
+        self.retries = options.ray.max_retries
+        self._refs: dict[int, tuple[Job, object]] = {}
+        self._remote = ray.remote(_ray_execute)
+
+    def _options_ref(self, options: Job):
+        import ray
+
+        if id(options) not in self._refs:
+            self._refs[id(options)] = (options, ray.put(options))  # the object kept: its id stays its own
+        return self._refs[id(options)][1]
+
+    def run(self, options: Job, tasks: Iterable[Task]) -> Iterator[Outcome]:
+        import ray
+
+        reference = self._options_ref(options)
+        in_flight: dict = {}
+        pending = iter(tasks)
+        exhausted = False
+        while in_flight or not exhausted:
+            while not exhausted and len(in_flight) < self.window:
+                task = next(pending, None)
+                if task is None:
+                    exhausted = True
+                    break
+                cpus = KINDS[task.kind].cpus
+                remote = self._remote.options(
+                    num_cpus=options.ray.num_cpus_per_task if cpus is None else cpus, max_retries=self.retries
+                )
+                in_flight[remote.remote(reference, task, self.counter)] = task
+            if not in_flight:
+                break
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            if self.on_tick is not None:
+                self.on_tick()
+            for ref in ready:
+                task = in_flight.pop(ref)
+                try:
+                    yield task, ray.get(ref), None
+                except Exception as exc:  # noqa: BLE001 - a failed task is reported, the others go on
+                    yield task, None, format_failure(exc)
+
+
+class DryRunner:
+    """Executes nothing: records the bytes each task would ship (the task and a reference to the options) and
+    answers an empty report. For planning benchmarks."""
+
+    name = "dry-run"
+
+    def __init__(self):
+        self.tasks = 0
+        self.max_task_bytes = 0
+        self.reference_bytes = len(pickle.dumps(b"\0" * 28))  # a Ray ObjectRef pickles to an id of 28 bytes
+
+    def run(self, options: Job, tasks: Iterable[Task]) -> Iterator[Outcome]:
+        for task in tasks:
+            self.tasks += 1
+            self.max_task_bytes = max(self.max_task_bytes, len(pickle.dumps(task)) + self.reference_bytes)
+            yield task, {"id": task.id}, None
+
+
+def run_phase(runner, options: Job, tasks: Iterable[Task], failed: dict[str, str], on_done=None) -> dict[str, dict]:
+    """Run tasks; returns the reports by task id, adds failures to `failed` (by input file or task id).
+    `on_done(task, error)` is told of each task as it finishes."""
+    reports: dict[str, dict] = {}
+    for task, report, error in runner.run(options, tasks):
+        if error is None:
+            reports[task.id] = report
+        else:
+            failed[task.label] = error
+        if on_done is not None:
+            on_done(task, error)
+    return reports
