@@ -11,15 +11,21 @@
    20 % are copies of another with up to 2 % of words changed (Jaccard >= ~0.8). Built and processed as word
    hashes (splitting text is measured in part 1), in batches of 10,000; wall time, peak RSS, and how many of the
    known copies (and of the unique documents) were dropped.
+4. The same near-dedup through the engine's own task path: the synthetic documents' signatures stored as a run's
+   documents (10,000 a shard), then the dedup step's tasks on Ray with 2 CPUs (shuffle files, partition forests,
+   star rounds, labels, roots, decisions, as `corpus run` does): wall time, peak RSS of the driver and of the
+   largest task, files left, and the same drop rates.
 
-    python benchmarks/dedup.py --datatrove-python /tmp/dtvenv/bin/python
+    python benchmarks/dedup.py --datatrove-python /tmp/dtvenv/bin/python [--engine-only]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -206,15 +212,8 @@ def whole_section(docs) -> None:
     """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> star rounds
     (connected components) -> the document each component keeps."""
     import pyarrow as pa
-    from corpus.stages.dedup import (
-        _minhash,
-        band_hashes,
-        components_in_memory,
-        partition_forest,
-        partition_of,
-        permutations,
-        shuffle_rows,
-    )
+    from corpus.stages.dedup import _minhash, band_hashes, permutations
+    from corpus.stages.dedup_graph import components_in_memory, partition_forest, partition_of, shuffle_rows
 
     offsets, words = docs.folded_words
     a, b = permutations(PERMUTATIONS, 1)
@@ -272,7 +271,129 @@ def whole_section(docs) -> None:
     )
 
 
+ENGINE_JOB = """name = "dedup-engine"
+inputs_list = "inputs.txt"
+inputs_prefix = "https://example.invalid/"
+output = "run"
+[annotate]
+rules = []
+[dedup]
+steps = ["minhash"]
+[dedup.minhash]
+permutations = 112
+bands = 14
+rows = 8
+"""
+
+
+def _store_synthetic_run(folder: Path, words: np.ndarray, offsets: np.ndarray, total: int) -> tuple:
+    """A run folder holding `total` synthetic documents' signatures as its documents, all kept by the rules."""
+    import pyarrow as pa
+    from corpus.stages.dedup import STEP_KEYS, _minhash, permutations
+    from corpus.stages.select import SELECTION
+
+    from corpus.config.job import load_job
+    from corpus.engine.plan import make_plan, write_plan
+    from corpus.engine.run_folder import RunFolder, documents_path, rule_selection_path
+
+    shards = total // BATCH
+    (folder / "inputs.txt").write_text("".join(f"part-{s:05d}.warc.gz\n" for s in range(shards)))
+    (folder / "job.toml").write_text(ENGINE_JOB)
+    job = load_job(folder / "job.toml")
+    plan = make_plan(job)
+    run = RunFolder(job.output)
+    write_plan(run, plan)
+    a, b = permutations(PERMUTATIONS, 1)
+    origins = []
+    schema = pa.schema([("id", pa.string()), ("date", pa.timestamp("ms", tz="UTC")),
+                        (STEP_KEYS["minhash"], pa.list_(pa.uint32(), PERMUTATIONS))])  # fmt: skip
+    for shard, (batch_offsets, hashed, origin) in zip(
+        plan.shards, synthetic_batches(words, offsets, total, seed=total), strict=True
+    ):
+        signatures = _minhash(batch_offsets, hashed, NGRAM, a, b)
+        first = shard.ordinal * BATCH
+        ids = pa.array([f"doc-{first + i}" for i in range(len(origin))])
+        table = pa.Table.from_arrays(
+            [ids, pa.nulls(len(origin), schema.field("date").type),
+             pa.FixedSizeListArray.from_arrays(pa.array(signatures.ravel()), PERMUTATIONS)], schema=schema
+        )  # fmt: skip
+        with run.parquet_writer(documents_path(shard.id), schema) as writer:
+            writer.write(table)
+        selection = pa.Table.from_pydict(
+            {"id": ids, "kept": np.ones(len(origin), np.bool_), "first_failure": pa.nulls(len(origin), pa.string()),
+             "failures": pa.array([[]] * len(origin), pa.list_(pa.string())),
+             "duplicate_of": pa.nulls(len(origin), pa.string()), "cluster_id": pa.nulls(len(origin), pa.string()),
+             "cluster_size": pa.nulls(len(origin), pa.int32())}, schema=SELECTION
+        )  # fmt: skip
+        with run.parquet_writer(rule_selection_path(shard.id), SELECTION) as writer:
+            writer.write(selection)
+        origins.append(origin)
+    return plan, run, np.concatenate(origins)
+
+
+def engine_section(docs) -> None:
+    """Section 4: the dedup step through the engine's tasks and files on a 2-CPU Ray."""
+    import ray
+
+    from corpus.engine.dedup import deduplicate, partition_count
+    from corpus.engine.run_folder import decisions_path
+    from corpus.engine.tasks import RayRunner
+
+    offsets, words = docs.folded_words
+    os.sched_setaffinity(0, range(os.cpu_count()))  # sections 1-3 ran on one core; this one is given two
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    print("\n4. the same through the engine's task path (shuffle files, partition tasks, star rounds, decisions), "
+          "Ray with 2 CPUs")  # fmt: skip
+    print(f"{'documents':>12}{'partitions':>11}{'seconds':>10}{'docs/s':>10}{'driver RSS':>12}{'task RSS':>10}"
+          f"{'files':>7}{'dropped':>9}{'copies found':>14}{'unique dropped':>16}")  # fmt: skip
+    timings = {}
+    for total in (100_000, 1_000_000):
+        with tempfile.TemporaryDirectory(prefix="dedup-engine-") as tmp:
+            plan, run, origin = _store_synthetic_run(Path(tmp), words, offsets, total)
+            runner = RayRunner(plan.options)
+            failed: dict[str, str] = {}
+            peak_task = [0]
+            started = time.perf_counter()
+            key = deduplicate(plan.options, list(plan.shards), ["synthetic"] * len(plan.shards), total, "bench",
+                              _peak_recording(runner, peak_task), failed)  # fmt: skip
+            seconds = time.perf_counter() - started
+            timings[total] = seconds
+            if not key:
+                raise SystemExit(f"dedup failed: {failed}")
+            kept = np.ones(total, np.bool_)
+            for shard in plan.shards:
+                decided = run.read_table(decisions_path("minhash", shard.id))
+                rows = decided.column("row").to_numpy() + shard.ordinal * BATCH
+                kept[rows[decided.column("dropped").to_numpy(zero_copy_only=False)]] = False
+            copies = origin >= 0
+            files = sum(len(f) for _, _, f in os.walk(Path(tmp) / "run" / "dedup"))
+            driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            print(
+                f"{total:>12,}{partition_count(plan.options, 'minhash', total):>11}{seconds:>10.1f}"
+                f"{total / seconds:>10,.0f}{driver:>8.0f} MiB{peak_task[0]:>6} MiB{files:>7}{(~kept).mean():>9.1%}"
+                f"{(~kept[copies]).mean():>14.1%}{(~kept[~copies]).mean():>16.2%}"
+            )
+    ray.shutdown()
+    print(f"1M / 100k time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min on 2 cores")
+
+
+class _peak_recording:  # noqa: N801 - a runner wrapper, used as a function
+    """A runner that passes tasks through and records the largest peak RSS its tasks report."""
+
+    def __init__(self, runner, peak: list[int]):
+        self.runner, self.peak, self.name = runner, peak, runner.name
+
+    def run(self, options, tasks):
+        for task, report, error in self.runner.run(options, tasks):
+            if report is not None:
+                self.peak[0] = max(self.peak[0], report.get("peak_rss_mib", 0))
+            yield task, report, error
+
+
 def main() -> None:
+    engine_only = "--engine-only" in sys.argv  # section 4 alone
+    if engine_only:
+        sys.argv.remove("--engine-only")
     args = benchmark_arguments(__doc__, datatrove=True)
 
     from corpus.text.batch import DocumentBatch
@@ -280,9 +401,11 @@ def main() -> None:
     texts = real_documents(args.shared).column("text").to_pylist()
     words = sum(len(t.split()) for t in texts) / len(texts)
     print(f"{len(texts):,} real documents from {args.shared}, {words:.0f} words on average; 1 core")
-    signatures_section(texts, args.datatrove_python)
-    lsh_section(texts)
-    whole_section(DocumentBatch(texts))
+    if not engine_only:
+        signatures_section(texts, args.datatrove_python)
+        lsh_section(texts)
+        whole_section(DocumentBatch(texts))
+    engine_section(DocumentBatch(texts))
 
 
 if __name__ == "__main__":

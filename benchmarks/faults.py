@@ -276,7 +276,7 @@ def kill_worker(inputs: list[str], folder: Path, body: str = "") -> dict:
     while killed is None and time.monotonic() < deadline and thread.is_alive():
         listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
         for line in listing.splitlines():
-            if "ray::_ray_task" in line and "ps -eo" not in line:
+            if "ray::_ray_execute" in line and "ps -eo" not in line:
                 os.kill(int(line.split()[0]), signal.SIGKILL)
                 killed = line.strip()
                 break

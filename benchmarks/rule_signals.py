@@ -128,7 +128,7 @@ def main() -> None:
     annotate_documents(table.slice(0, 50), document_rules)  # compile the Numba kernels
     for rule in corpus_rules:
         small = DocumentBatch.from_table(table.slice(0, 50))
-        rule.corpus_signals(small, rule.combine([rule.accumulate(small)]))
+        rule.corpus_signals(small, rule.summarize([rule.accumulate(small)]))
     started = time.perf_counter()
     signals = sum(len(rule.signals) for rule in rules)
     parts: dict[str, list] = {rule.name: [] for rule in corpus_rules}
@@ -137,7 +137,7 @@ def main() -> None:
         docs = DocumentBatch.from_table(table.slice(offset, BATCH))
         for rule in corpus_rules:
             parts[rule.name].append(rule.accumulate(docs))
-    combined = {rule.name: rule.combine(parts[rule.name]) for rule in corpus_rules}
+    combined = {rule.name: rule.summarize(parts[rule.name]) for rule in corpus_rules}
     for offset in range(0, table.num_rows, BATCH):  # pass 2: corpus rules' signals
         docs = DocumentBatch.from_table(table.slice(offset, BATCH))
         for rule in corpus_rules:

@@ -175,7 +175,7 @@ def _rules_try(args: argparse.Namespace) -> int:
     names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
     docs = DocumentBatch(texts, urls, langs, [1.0] * len(texts))
     if isinstance(rule, CorpusRule):  # the documents given are the corpus
-        signals = rule.corpus_signals(docs, rule.combine([rule.accumulate(docs)]))
+        signals = rule.corpus_signals(docs, rule.summarize([rule.accumulate(docs)]))
     else:
         signals = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
     for i, (name, text, url) in enumerate(zip(names, texts, urls, strict=True)):

@@ -132,6 +132,10 @@ class CorpusRule(Rule):
     def finish(self, summary: pa.Table) -> pa.Table:
         return summary
 
+    def summarize(self, parts: list[pa.Table]) -> pa.Table:
+        """The finished summary of a corpus made of these parts (summaries of batches, shards or buckets)."""
+        return self.finish(sum_summaries(self, parts))
+
     def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict[str, Sequence]:
         raise NotImplementedError
 

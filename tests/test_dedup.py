@@ -11,20 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import real_documents, shared, write_job
-from corpus.stages.dedup import (
+from corpus.stages.dedup import band_hashes, jaccard, minhash_signatures, normalise_url, permutations, text_keys
+from corpus.stages.dedup_graph import (
     FOREST,
-    band_hashes,
     components_in_memory,
     connected_components,
-    jaccard,
     key_edges,
-    minhash_signatures,
-    normalise_url,
     partition_forest,
     partition_of,
-    permutations,
     shuffle_rows,
-    text_keys,
 )
 
 from corpus.config.job import load_job
@@ -270,25 +265,56 @@ def test_the_gov_uk_recrawl_keeps_the_latest_copy_of_each_page(tmp_path):
     assert stats["stages"]["dedup"]["dropped"]["url_duplicate"] == sum(len(rows) - 1 for rows in recrawled)
 
 
-def test_dedup_resumes_per_file_after_a_partial_run(tmp_path):
+def test_dedup_resumes_per_task_after_a_killed_run_and_leaves_only_decisions(tmp_path, monkeypatch):
+    from corpus.engine import tasks
+
     source = tmp_path / "crawl.warc.gz"
     shutil.copy(SAMPLE_PATH, source)
     job = _dedup_job(tmp_path, source, "partitions = 4\n")
-    first = run_job(job, use_ray=False)
+    real = dict(tasks.KINDS)
+    ran: list[str] = []
+
+    def recording(kind_name, fail_on=None):
+        kind = real[kind_name]
+
+        def function(options, task, context):
+            if task.id == fail_on:
+                raise OSError("killed")  # as if the worker died while writing
+            ran.append(task.id)
+            return kind.function(options, task, context)
+
+        return tasks.Kind(function, kind.cpus, kind.in_documents_folder)
+
+    for name in real:
+        monkeypatch.setitem(tasks.KINDS, name, recording(name, fail_on="minhash-star1-2"))
+    killed = run_job(job, use_ray=False)
+    assert list(killed["failed_shards"]) == ["minhash-star1-2"]
+    before = list(ran)
+    assert "minhash-star1-1" in before and "url-star0-0" in before
+    ran.clear()
+    for name in real:
+        monkeypatch.setitem(tasks.KINDS, name, recording(name))
+    resumed = run_job(job, use_ray=False)
+    assert not resumed["failed_shards"] and resumed["totals"]["unaccounted"] == 0
+    # Steps url and exact were decided, and minhash's shuffle, forests and finished star tasks are not redone.
+    assert not any(task.startswith(("url-", "exact-")) for task in ran)
+    assert not any(task.startswith("minhash-forest") for task in ran)
+    assert "minhash-star1-2" in ran and not {"minhash-star0-0", "minhash-star1-1"} & set(ran)
     out = tmp_path / "out"
-    decisions = pq.read_table(out / "selection").to_pylist()
-    # As if the run was killed while partition 2 of star round 1 was writing: its outputs and marker are gone.
-    lost = sorted((out / "dedup" / "minhash" / "cc" / "2").glob("*/2.parquet"))
-    assert lost and (out / "dedup" / "minhash" / "cc" / "_1-2.json").exists()
-    for path in lost:
-        path.unlink()
-    (out / "dedup" / "minhash" / "cc" / "_1-2.json").unlink()
-    stamps = {p: p.stat().st_mtime_ns for p in (out / "dedup").rglob("*.parquet") if p.exists()}
-    second = run_job(job, use_ray=False)
-    assert second["totals"] == first["totals"]
-    assert pq.read_table(out / "selection").to_pylist() == decisions
-    assert all(path.exists() for path in lost)
-    assert all(p.stat().st_mtime_ns == stamp for p, stamp in stamps.items())  # nothing else was rewritten
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(source, fresh / "crawl.warc.gz")
+    clean = run_job(_dedup_job(fresh, fresh / "crawl.warc.gz", "partitions = 4\n"), use_ray=False)
+    assert resumed["totals"] == clean["totals"]
+    assert pq.read_table(out / "selection") == pq.read_table(fresh / "out" / "selection")
+    # Once decided, a step keeps only its decisions: no shuffle, edges, labels or task markers are left.
+    left = sorted(str(p.relative_to(out / "dedup")) for p in (out / "dedup").rglob("*") if p.is_file())
+    steps = ("url", "exact", "minhash")
+    assert left == sorted(f"{s}/{f}" for s in steps for f in ("decided.json", *_decision_files(out, s)))
+
+
+def _decision_files(out, step) -> list[str]:
+    return [str(p.relative_to(out / "dedup" / step)) for p in (out / "dedup" / step / "decisions").iterdir()]
 
 
 def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):

@@ -250,8 +250,9 @@ def test_token_distribution_two_passes():
     rule = discover()["token_distribution"]()
     docs = DocumentBatch(["a b", "a b", "c d"])
     halves = [rule.accumulate(DocumentBatch(["a b", "a b"])), rule.accumulate(DocumentBatch(["c d"]))]
-    corpus = rule.combine(halves)
-    assert corpus[1].sum() == 6 and sorted(corpus[1].tolist()) == [1, 1, 2, 2]
+    corpus = rule.summarize(halves)
+    assert sorted(corpus.column("count").to_pylist()) == [1, 1, 2, 2]  # four words: a, b twice, c, d once
+    assert corpus.column("bucket").to_pylist() == sorted(corpus.column("bucket").to_pylist())  # sorted by key
     values = rule.corpus_signals(docs, corpus)
     # KL(document || corpus): each word has p = 1/2; q = 2/6 for a and b, 1/6 for c and d.
     assert values["kl"].tolist() == pytest.approx([np.log(1.5), np.log(1.5), np.log(3)], rel=1e-5)
@@ -260,19 +261,24 @@ def test_token_distribution_two_passes():
     assert strict.corpus_signals(docs, corpus)["rare_frac"].tolist() == [0.0, 0.0, 1.0]
     # words are runs of letters, digits and '_', case-folded: these two texts have the same distribution
     folded = [rule.accumulate(DocumentBatch([text])) for text in ("A b, a_1!", "a B a_1")]
-    assert [part.tolist() for part in folded[0]] == [part.tolist() for part in folded[1]]
-    assert sorted(folded[0][1].tolist()) == [1, 1, 1]
+    assert folded[0] == folded[1]
+    assert sorted(folded[0].column("count").to_pylist()) == [1, 1, 1]
 
 
 def test_pii_domains_density_over_the_corpus():
     rule = discover()["pii_domains"]()
     shard_a = DocumentBatch(["mail me at a@b.org please", "nothing here at all"], domains=["x.org", "y.org"])
     shard_b = DocumentBatch(["call 555 123 4567 or c@d.org now"], domains=["x.org"])
-    corpus = rule.combine([rule.accumulate(shard_a), rule.accumulate(shard_b)])
-    assert corpus == {"x.org": (3, 12, 2), "y.org": (0, 4, 1)}  # whitespace-separated words: 5 + 7
+    corpus = rule.summarize([rule.accumulate(shard_a), rule.accumulate(shard_b)])
+    assert corpus.to_pylist() == [  # whitespace-separated words: 5 + 7
+        {"domain": "x.org", "pii": 3, "words": 12, "documents": 2},
+        {"domain": "y.org", "pii": 0, "words": 4, "documents": 1},
+    ]
     values = rule.corpus_signals(shard_a, corpus)
     assert values["per_1k_words"].tolist() == pytest.approx([1000 * 3 / 12, 0.0])
     assert values["documents"].tolist() == [2, 1]
+    unseen = rule.corpus_signals(DocumentBatch(["a@b.org"], domains=["z.org"]), corpus)  # a domain it never counted
+    assert unseen["per_1k_words"].tolist() == [0.0] and unseen["documents"].tolist() == [0]
 
 
 def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
@@ -355,14 +361,17 @@ def test_line_dedup_removes_lines_shared_by_more_than_max_copies_documents():
         for name in ("one", "two", "three")
     ] + ["A page of its own.\n\nCopyright 1999 example ltd"]
     docs = DocumentBatch(texts)
-    summary = rule.combine([rule.accumulate(DocumentBatch(texts[:2])), rule.accumulate(DocumentBatch(texts[2:]))])
-    assert sorted(summary[1].tolist()) == [3, 4]  # only lines in more than 2 documents: newsletter, copyright
+    summary = rule.summarize([rule.accumulate(DocumentBatch(texts[:2])), rule.accumulate(DocumentBatch(texts[2:]))])
+    assert sorted(summary.column("documents").to_pylist()) == [3, 4]  # lines in more than 2 documents only
     values = rule.corpus_signals(docs, summary)
     assert values["lines_removed"].tolist() == [2, 2, 2, 1]  # digits normalised: every copyright line is one
     line_chars = len("  subscribe to our NEWSLETTER!  \n") + len("Copyright 2024 Example Ltd")
     expected = [line_chars / len(text) for text in texts[:3]] + [len("Copyright 1999 example ltd") / len(texts[3])]
     assert values["chars_removed_frac"].tolist() == pytest.approx(expected)
-    assert remove_repeated_lines([texts[0], texts[3]], summary[0]) == ["Story one begins here.", "A page of its own.\n"]
+    assert remove_repeated_lines([texts[0], texts[3]], summary.column("line").to_numpy()) == [
+        "Story one begins here.",
+        "A page of its own.\n",
+    ]
     assert remove_repeated_lines([boilerplate], np.empty(0, np.uint64)) == [boilerplate]
     lenient = discover()["line_dedup"]()  # the default, Llama 3's 6 copies: nothing here is that common
-    assert lenient.corpus_signals(docs, lenient.combine([lenient.accumulate(docs)]))["lines_removed"].sum() == 0
+    assert lenient.corpus_signals(docs, lenient.summarize([lenient.accumulate(docs)]))["lines_removed"].sum() == 0

@@ -15,13 +15,13 @@ from corpus.stages.tokenize import (
     END_OF_TEXT,
     TextTokenizer,
     TokenizerError,
-    TokenStream,
     tokenize_documents,
     train_tokenizer,
 )
 
 from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
+from corpus.lab.token_stream import TokenStream
 from corpus.sample.generate import SAMPLE_PATH
 
 
@@ -264,7 +264,7 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
     line_dedup = discover()["line_dedup"](discover()["line_dedup"].Options(max_copies=2))
     from corpus.text.batch import DocumentBatch
 
-    combined = {"line_dedup": line_dedup.combine([line_dedup.accumulate(DocumentBatch.from_table(documents))])}
+    combined = {"line_dedup": line_dedup.summarize([line_dedup.accumulate(DocumentBatch.from_table(documents))])}
     expected = dict(zip(documents.column("id").to_pylist(), training_texts(job, documents, combined), strict=True))
     assert decoded == {doc_id: expected[doc_id] for doc_id in decoded}
     stored = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))

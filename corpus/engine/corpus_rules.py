@@ -117,7 +117,7 @@ def combine_bucket(job: Job, task: Task, context: Context) -> dict:
     rows = {}
     for rule in corpus_rules(job):
         parts = [folder.read_table(summary_path(rule.name, shard)) for shard in members]
-        combined = rule.finish(sum_summaries(rule, parts))
+        combined = rule.summarize(parts)
         with folder.parquet_writer(combined_path(rule.name, task.param("bucket")), rule.summary_schema) as writer:
             writer.write(combined)
         rows[rule.name] = combined.num_rows

@@ -11,7 +11,6 @@ decisions (`dedup/<step>/decisions/<shard>.parquet`). Partitions follow the data
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -32,26 +31,23 @@ from corpus.engine.run_folder import (
 )
 from corpus.engine.select import rule_kept_rows, stored_signals
 from corpus.engine.tasks import Context, Task, kind, run_phase
-from corpus.stages.dedup import (
+from corpus.stages.dedup import STEP_KEYS, apply_duplicates, jaccard, step_keys
+from corpus.stages.dedup_graph import (
     COMPONENTS,
     DECISIONS,
     EDGES,
     LABELS,
     NODES,
     SHUFFLE,
-    STEP_KEYS,
-    apply_duplicates,
     best_roots,
     edge_checksum,
     forest_edges,
-    jaccard,
     partition_forest,
     partition_of,
     shuffle_rows,
     star_labels,
     star_step,
     stars_converged,
-    step_keys,
     unique_edges,
 )
 from corpus.stages.select import SELECTION
@@ -310,32 +306,33 @@ def _run_step(job: Job, shards: list[Shard], key: str, base: tuple, partitions: 
         failed.update(step_failed)
         return None if step_failed else reports
 
-    def partition_tasks(name: str, marker: Callable[[int], str], extra: tuple = ()) -> list[Task]:
+    def partition_tasks(name: str, label: str, extra: tuple = ()) -> list[Task]:
+        """A task of kind `dedup_<name>` per partition, `<step>-<label>-<q>`, its marker beside the step."""
         return [
-            Task(f"dedup_{name}", f"{step}-{name}-{q}", key, marker(q), None, (*base, ("partition", q), *extra))
+            Task(f"dedup_{name}", f"{step}-{label}-{q}", key, dedup_path(step, f"_{label}-{q}.json"), None,
+                 (*base, ("partition", q), *extra))
             for q in range(partitions)
-        ]
+        ]  # fmt: skip
 
     shuffles = [Task("dedup_shuffle", s.id, key, dedup_path(step, f"_{s.id}.json"), s, base) for s in shards]
     if phase(shuffles) is None:
         return False
-    if phase(partition_tasks("forest", lambda q: dedup_path(step, f"_forest-{q}.json"))) is None:
+    if phase(partition_tasks("forest", "forest")) is None:
         return False
     checksums: list[tuple[int, int]] = []
     while not stars_converged(checksums):
         r = len(checksums)
         if r == MAX_STAR_ROUNDS:
             raise RuntimeError(f"dedup {step}: connected components did not converge in {r} rounds")
-        tasks = partition_tasks("star", lambda q, r=r: dedup_path(step, f"_star{r}-{q}.json"), (("round", r),))
-        reports = phase(tasks)
+        reports = phase(partition_tasks("star", f"star{r}", (("round", r),)))
         if reports is None:
             return False
         checksums.append((sum(rep["edges"] for rep in reports.values()),
                           sum(rep["checksum"] for rep in reports.values()) % 2**64))  # fmt: skip
     last = (("round", len(checksums) - 1),)
-    if phase(partition_tasks("label", lambda q: dedup_path(step, f"_label-{q}.json"), last)) is None:
+    if phase(partition_tasks("label", "label", last)) is None:
         return False
-    if phase(partition_tasks("roots", lambda q: dedup_path(step, f"_roots-{q}.json"))) is None:
+    if phase(partition_tasks("roots", "roots")) is None:
         return False
     decide = [Task("dedup_decide", s.id, key, dedup_path(step, "decisions", f"_{s.id}.json"), s, base) for s in shards]
     return phase(decide) is not None

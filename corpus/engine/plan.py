@@ -51,13 +51,9 @@ def make_plan(job: Job) -> Plan:
 
 
 def write_plan(folder: RunFolder, plan: Plan) -> None:
-    table = pa.table(
-        {
-            "ordinal": [s.ordinal for s in plan.shards],
-            "id": [s.id for s in plan.shards],
-            "source": [s.source for s in plan.shards],
-        },
-        schema=PLAN_SCHEMA,
+    columns = [[s.ordinal for s in plan.shards], [s.id for s in plan.shards], [s.source for s in plan.shards]]
+    table = pa.Table.from_arrays(
+        [pa.array(values, field.type) for values, field in zip(columns, PLAN_SCHEMA, strict=True)], schema=PLAN_SCHEMA
     )
     with folder.parquet_writer(PLAN, PLAN_SCHEMA) as writer:
         writer.write(table)

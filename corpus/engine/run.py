@@ -113,10 +113,11 @@ def _stored_reports(plan: Plan) -> dict[str, dict]:
     source = documents_folder(options)
     expected = fingerprint(options)
     reports = {}
+    present = source.listed("shards")  # one listing, not a request per planned shard
     for shard in plan.shards:
-        report = source.read_json(shard_report_path(shard.id))
-        if report is None:
+        if shard_report_path(shard.id) not in present:
             continue
+        report = source.read_json(shard_report_path(shard.id))
         if report["fingerprint"] != expected:
             raise StaleOutput(
                 f"{source.url} holds shard {shard.id} made with other read/extract options; "
@@ -148,7 +149,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
 
     stored = _stored_reports(plan)
     key = shard_key(options)
-    work = [shard_task(options, shard, stored.get(shard.id)) for shard in plan.shards
+    work = [shard_task(shard, key, stored.get(shard.id)) for shard in plan.shards
             if stored.get(shard.id, {}).get("key") != key]  # fmt: skip
     if job.documents_from and work:
         raise StaleOutput(
@@ -164,7 +165,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         progress.shard_finished(task.id, error)
 
     try:
-        run_phase(runners.pick(needs_workers=True), options, work, failed, finished)
+        run_phase(runners.pick(needs_workers=bool(work)), options, work, failed, finished)
     finally:
         progress.close()
 
@@ -187,7 +188,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         shards = [shard for shard in shards if shard.id in done]
         corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
 
-    thresholds = resolve_quantiles(options, [shard.id for shard in shards])
+    thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
     selecting = options.model_copy(update={"thresholds": tuple(thresholds)})
     select_tasks = [select_task(selecting, shard, corpus_key_of[shard.id]) for shard in shards]
     selections = run_phase(runner, selecting, select_tasks, failed)

@@ -97,17 +97,13 @@ class RunFolder:
         report = self.read_json(relative)
         return report if report is not None and report.get("key") == key else None
 
-    def list_json(self, folder: str) -> list[dict]:
+    def listed(self, folder: str) -> set[str]:
+        """The relative paths of the files directly in a folder of the run (empty if it does not exist)."""
         try:
             names = self.fs.ls(self.path(folder), detail=False)
         except FileNotFoundError:
-            return []
-        reports = []
-        for name in sorted(names):
-            if name.endswith(".json"):
-                with self.fs.open(name, "rb") as fh:
-                    reports.append(json.load(fh))
-        return reports
+            return set()
+        return {f"{folder}/{name.rstrip('/').rsplit('/', 1)[-1]}" for name in names}
 
     def exists(self, relative: str) -> bool:
         return self.fs.exists(self.path(relative))
@@ -125,6 +121,14 @@ class RunFolder:
         with self.fs.open(self.path(relative), "rb") as fh:
             for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns):
                 yield pa.Table.from_batches([batch])
+
+    def row_groups(self, relative: str) -> int:
+        with self.fs.open(self.path(relative), "rb") as fh:
+            return pq.ParquetFile(fh).num_row_groups
+
+    def read_row_group(self, relative: str, group: int, columns: list[str] | None = None) -> pa.Table:
+        with self.fs.open(self.path(relative), "rb") as fh:
+            return pq.ParquetFile(fh).read_row_group(group, columns=columns)
 
     def remove(self, pattern: str) -> int:
         """Delete the run's files matching a glob (relative); returns how many."""

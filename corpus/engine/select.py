@@ -43,13 +43,27 @@ def stored_signals(job: Job, shard_id: str, columns: list[str]) -> pa.Table:
     return table
 
 
-def resolve_quantiles(job: Job, shard_ids: list[str]) -> list:
-    """The job's thresholds with each quantile turned into a value over every complete shard's documents."""
+QUANTILE_SAMPLE = 10_000_000  # values per quantile column the driver holds: exact below, a stride sample above
+
+
+def resolve_quantiles(job: Job, shard_ids: list[str], documents: int = 0) -> list:
+    """The job's thresholds with each quantile turned into a value over the complete shards' documents: exact up
+    to `QUANTILE_SAMPLE` documents, above that over every k-th document of the run (a rank error of ~1e-4), so the
+    driver's memory does not grow with the corpus."""
     thresholds = list(job.thresholds)
     columns = list(dict.fromkeys(t.column for t in thresholds if t.quantile is not None))
     if not columns or not shard_ids:
         return thresholds
-    values = pa.concat_tables([stored_signals(job, shard, columns) for shard in shard_ids])
+    stride = max(1, -(-documents // QUANTILE_SAMPLE))
+    parts, seen = [], 0
+    for shard in shard_ids:
+        values = stored_signals(job, shard, columns)
+        rows = values.num_rows
+        if stride > 1:  # every k-th document of the run, counted across shards
+            values = values.take(pa.array(range((-seen) % stride, rows, stride), pa.int64()))
+        seen += rows
+        parts.append(values)
+    values = pa.concat_tables(parts)
     return [t.resolved(values.column(t.column)) if t.quantile is not None else t for t in thresholds]
 
 

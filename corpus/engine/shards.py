@@ -33,11 +33,10 @@ def shard_key(job: Job) -> str:
     return cache_key(fingerprint(job), annotate_fingerprint(job))
 
 
-def shard_task(job: Job, shard: Shard, stored: dict | None) -> Task:
-    """Extract a new shard, or re-annotate one stored with other signals (`stored`: its report)."""
-    return Task(
-        "reannotate" if stored is not None else "extract", shard.id, shard_key(job), shard_report_path(shard.id), shard
-    )
+def shard_task(shard: Shard, key: str, stored: dict | None) -> Task:
+    """Extract a new shard, or re-annotate one stored with other signals (`stored`: its report); `key`: the
+    job's `shard_key`."""
+    return Task("reannotate" if stored is not None else "extract", shard.id, key, shard_report_path(shard.id), shard)
 
 
 @kind("extract", cpus=None)

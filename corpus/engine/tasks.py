@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import resource
 import socket
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -83,6 +84,7 @@ def execute(options: Job, task: Task, context: Context | None = None) -> dict:
     if done is not None:
         return done
     report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
+    report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # its process's
     folder.write_json(task.marker, report)
     return report
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from corpus.stages.tokenize import TokenStream
+from corpus.lab.token_stream import TokenStream
 
 POSITION = ("unit", "row", "offset")
 

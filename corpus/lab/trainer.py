@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from corpus.lab.downstream import TaskSet, task_scores
-from corpus.stages.tokenize import TokenStream
+from corpus.lab.token_stream import TokenStream
 
 
 @dataclass(frozen=True)

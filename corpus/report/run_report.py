@@ -54,8 +54,8 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         raise JobError(f"{run.url} has no stats.json: not a finished run (run `corpus run JOB` first)")
     job_file = Path(stats["job_file"])
     if not job_file.is_file():
-        raise JobError(f"{run}: the job file it was made with, {job_file}, is gone; the report needs its rules")
-    job = load_job(job_file, output=str(run))
+        raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
+    job = load_job(job_file, output=run.url)
     if select_file is not None:
         select_path = Path(select_file)
         try:
@@ -98,7 +98,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
             table = table.append_column(name, selection.column(name))
         parts.append(table)
     if not parts:
-        raise JobError(f"{run} holds no shard of its job")
+        raise JobError(f"{run.url} holds no shard of its job")
     return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None)
 
 
