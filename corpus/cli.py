@@ -73,17 +73,20 @@ def _run(args: argparse.Namespace) -> int:
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
+    from corpus.engine import RunFolder
     from corpus.stages.tokenize import train_tokenizer
 
-    run = Path(args.run)
-    selection = pq.read_table(run / "selection", columns=["id", "kept"])
+    run = RunFolder(args.run)
+    if not run.exists("selection"):
+        print(f"corpus: {run.url} holds no selection/: give a finished run's folder", file=sys.stderr)
+        return 2
+    selection = run.read_folder("selection", columns=["id", "kept"])
     kept = selection.filter(selection.column("kept")).column("id")
     if not len(kept):
-        print(f"corpus: {run} has no selected documents to train on", file=sys.stderr)
+        print(f"corpus: {run.url} has no selected documents to train on", file=sys.stderr)
         return 2
-    documents = pq.read_table(run / "documents", columns=["id", "text"])
+    documents = run.read_folder("documents", columns=["id", "text"])
     selected = documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
     texts = selected.column("text").to_pylist()
     train_tokenizer(texts, args.vocab_size, args.out)

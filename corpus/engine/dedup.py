@@ -23,7 +23,6 @@ from corpus.engine.run_folder import (
     RunFolder,
     decisions_path,
     dedup_path,
-    documents_path,
     rule_selection_marker,
     rule_selection_path,
     selection_marker,
@@ -220,17 +219,6 @@ def decide_shard(job: Job, task: Task, context: Context) -> dict:
     return {"id": shard.id, "linked": decisions.num_rows, "dropped": int(dropped.sum())}
 
 
-def texts_at(folder: RunFolder, shard_id: str, rows: np.ndarray) -> list[str]:
-    """Texts of some rows of a shard's documents, reading only the row groups that hold them."""
-    import pyarrow.parquet as pq
-
-    with folder.fs.open(folder.path(documents_path(shard_id)), "rb") as fh:
-        parquet = pq.ParquetFile(fh)
-        starts = np.cumsum([0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)])
-        groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
-        table = parquet.read_row_groups(groups.tolist(), columns=["text"])
-    within = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups]) if len(groups) else []
-    return table.column("text").take(pa.array(np.searchsorted(within, rows))).to_pylist()
 
 
 def _jaccard_with_roots(job: Job, shard_id: str, refs: np.ndarray, roots: np.ndarray, shards: list[str]) -> np.ndarray:
@@ -240,10 +228,10 @@ def _jaccard_with_roots(job: Job, shard_id: str, refs: np.ndarray, roots: np.nda
     root_shards = roots >> np.int64(32)
     for ordinal in np.unique(root_shards):
         positions = np.flatnonzero(root_shards == ordinal)
-        texts = texts_at(folder, shards[ordinal], roots[positions] & np.int64(0xFFFFFFFF))
+        texts = folder.texts_at(shards[ordinal], roots[positions] & np.int64(0xFFFFFFFF))
         for i, text in zip(positions, texts, strict=True):
             originals[i] = text
-    own = texts_at(folder, shard_id, refs & np.int64(0xFFFFFFFF))
+    own = folder.texts_at(shard_id, refs & np.int64(0xFFFFFFFF))
     return jaccard(DocumentBatch(own), DocumentBatch(originals), job.dedup.minhash.ngram)
 
 

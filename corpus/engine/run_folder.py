@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -129,6 +130,16 @@ class RunFolder:
     def read_row_group(self, relative: str, group: int, columns: list[str] | None = None) -> pa.Table:
         with self.fs.open(self.path(relative), "rb") as fh:
             return pq.ParquetFile(fh).read_row_group(group, columns=columns)
+
+    def texts_at(self, shard: str, rows) -> list[str]:
+        """Texts of some rows (sorted, unique) of a shard's documents, reading only the row groups that hold them."""
+        with self.fs.open(self.path(documents_path(shard)), "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            starts = np.cumsum([0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)])
+            groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+            table = parquet.read_row_groups(groups.tolist(), columns=["text"])
+        within = np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups]) if len(groups) else []
+        return table.column("text").take(pa.array(np.searchsorted(within, rows))).to_pylist()
 
     def remove(self, pattern: str) -> int:
         """Delete the run's files matching a glob (relative); returns how many."""

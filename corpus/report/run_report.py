@@ -227,7 +227,6 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
 
 def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
     """The stored texts of these rows of the view, one read per shard."""
-    from corpus.engine.dedup import texts_at
     from corpus.engine.plan import documents_folder
 
     folder = documents_folder(view.job)
@@ -237,7 +236,7 @@ def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
     texts: dict[int, str] = {}
     for shard in np.unique(shards):
         here = shards == shard
-        texts.update(zip(wanted[here].tolist(), texts_at(folder, shard, within[here]), strict=True))
+        texts.update(zip(wanted[here].tolist(), folder.texts_at(shard, within[here]), strict=True))
     return texts
 
 

@@ -1,0 +1,145 @@
+"""The engine's layer between the stages: keys, the plan, tasks and runners, the run folder, corpus buckets."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from conftest import write_job
+
+from corpus.config.job import load_job
+from corpus.engine import run_job
+from corpus.engine.corpus_rules import buckets_of
+from corpus.engine.keys import cache_key
+from corpus.engine.plan import make_plan
+from corpus.engine.shards import shard_key, shard_task
+from corpus.engine.tasks import DryRunner, InlineRunner, Task, run_phase
+from corpus.rulebook import discover
+from corpus.sample.generate import build_sample
+from corpus.text.batch import DocumentBatch
+
+
+def test_cache_keys_are_canonical_json_not_pickle():
+    # Sorted-key compact JSON: the key does not change with the Python or library version, nor with dict order.
+    canonical = b'["select",{"a":[1,2],"b":1},[3,"x"]]'
+    assert cache_key("select", {"b": 1, "a": [1, 2]}, (3, "x")) == hashlib.sha256(canonical).hexdigest()[:16]
+    assert cache_key("select", {"a": [1, 2], "b": 1}, [3, "x"]) == cache_key("select", {"b": 1, "a": [1, 2]}, (3, "x"))
+    assert cache_key("select", {"a": [1, 2], "b": 2}, [3, "x"]) != cache_key("select", {"a": [1, 2], "b": 1}, [3, "x"])
+
+
+def _job_over(tmp_path, count: int):
+    (tmp_path / "paths.txt").write_text("".join(f"crawl/part-{i:06d}.warc.gz\n" for i in range(count)))
+    body = 'inputs_list = "paths.txt"\ninputs_prefix = "https://example.invalid/"\n'
+    (tmp_path / "job.toml").write_text(f'name = "big"\noutput = "{tmp_path / "out"}"\n{body}')
+    return load_job(tmp_path / "job.toml")
+
+
+def test_what_a_task_ships_does_not_grow_with_the_number_of_inputs(tmp_path):
+    sizes = {}
+    for count in (10, 5_000):
+        plan = make_plan(_job_over(tmp_path, count))
+        assert len(plan.shards) == count and plan.options.resolved_inputs == ()
+        runner = DryRunner()
+        key = shard_key(plan.options)
+        reports = run_phase(runner, plan.options, (shard_task(s, key, None) for s in plan.shards), {})
+        assert runner.tasks == len(reports) == count
+        sizes[count] = (runner.max_task_bytes, len(pickle.dumps(plan.options)))
+    assert sizes[5_000][1] == sizes[10][1]  # the same options at 10 or 5,000 inputs
+    assert abs(sizes[5_000][0] - sizes[10][0]) <= 8 and sizes[5_000][0] < 1_024  # a task: its own id and ordinal
+
+
+def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_path):
+    from corpus.engine import tasks
+
+    def flaky(options, task, context):
+        if task.param("n") == 1:
+            raise ValueError("bad record 7")
+        return {"id": task.id, "n": task.param("n")}
+
+    tasks.KINDS["test_flaky"] = tasks.Kind(flaky, 1.0, False)
+    try:
+        options = make_plan(_job_over(tmp_path, 1)).options
+        work = [Task("test_flaky", f"t{n}", "k", f"markers/t{n}.json", None, (("n", n),)) for n in range(3)]
+        failed: dict[str, str] = {}
+        reports = run_phase(InlineRunner(), options, work, failed)
+        assert sorted(reports) == ["t0", "t2"] and failed == {"t1": "ValueError: bad record 7"}
+        assert reports["t2"]["key"] == "k" and (tmp_path / "out" / "markers" / "t2.json").exists()
+        assert not (tmp_path / "out" / "markers" / "t1.json").exists()  # no marker: the next run redoes it
+        again = run_phase(
+            InlineRunner(), options, [Task("test_flaky", "t2", "k", "markers/t2.json", None, (("n", 9),))], {}
+        )
+        assert again["t2"]["n"] == 2  # its marker holds its key: done, not run again
+    finally:
+        del tasks.KINDS["test_flaky"]
+
+
+def test_buckets_hold_at_most_the_limit_of_documents_in_plan_order():
+    reports = [{"id": name, "documents": {"rows": rows}} for name, rows in zip("abcde", (4, 3, 9, 12, 1), strict=True)]
+    grouped = [[r["id"] for r in bucket] for bucket in buckets_of(reports, 10)]
+    assert grouped == [["a", "b"], ["c"], ["d"], ["e"]]  # d alone exceeds the limit: a bucket of its own
+
+
+def _two_shards(tmp_path) -> list[str]:
+    data, _ = build_sample()
+    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards
+    (tmp_path / "a.warc.gz").write_bytes(data[:cut])
+    (tmp_path / "b.warc.gz").write_bytes(data[cut:])
+    return [str(tmp_path / "a.warc.gz"), str(tmp_path / "b.warc.gz")]
+
+
+def test_corpus_rules_count_over_their_bucket_of_shards(tmp_path):
+    inputs = _two_shards(tmp_path)
+    rules = '[annotate]\nrules = ["line_dedup"]\n[rules.line_dedup]\nmax_copies = 2\n[select]\nrules = []\n'
+    whole = run_job(load_job(write_job(tmp_path, inputs, tmp_path / "whole", rules, "w")), use_ray=False)
+    split = rules.replace("[rules.line_dedup]", "corpus_bucket_documents = 1\n[rules.line_dedup]")
+    apart = run_job(load_job(write_job(tmp_path, inputs, tmp_path / "apart", split, "a")), use_ray=False)
+    assert whole["totals"]["unaccounted"] == apart["totals"]["unaccounted"] == 0
+
+    rule = discover()["line_dedup"](discover()["line_dedup"].Options(max_copies=2))
+    shards = sorted((tmp_path / "whole" / "documents").glob("*.parquet"))
+    texts = [pq.read_table(path, columns=["text"]).column("text").to_pylist() for path in shards]
+    everything = rule.summarize([rule.accumulate(DocumentBatch(part)) for part in texts])
+    each = [rule.summarize([rule.accumulate(DocumentBatch(part))]) for part in texts]
+    for folder, summaries in (("whole", [everything, everything]), ("apart", each)):
+        for path, part, summary in zip(shards, texts, summaries, strict=True):
+            stored = pq.read_table(tmp_path / folder / "corpus_signals" / path.name)
+            expected = rule.corpus_signals(DocumentBatch(part), summary)["lines_removed"]
+            assert stored.column("line_dedup.lines_removed").to_numpy().tolist() == expected.tolist()
+    removed = [
+        pq.read_table(tmp_path / f / "corpus_signals").column("line_dedup.lines_removed") for f in ("whole", "apart")
+    ]
+    assert np.sum(removed[0]) > np.sum(removed[1])  # lines repeated across the two halves count only together
+    # Nothing in a run folder is a pickle: summaries are Parquet, markers JSON.
+    suffixes = {p.suffix for p in (tmp_path / "whole").rglob("*") if p.is_file() and p.name != ".lock"}
+    assert suffixes <= {".parquet", ".json", ".toml"}
+    combined = pq.read_table(next((tmp_path / "whole" / "summaries" / "combined").glob("line_dedup-*.parquet")))
+    assert combined.schema == rule.summary_schema and combined.equals(everything.cast(rule.summary_schema))
+
+
+def test_quantiles_over_a_large_run_use_every_kth_document(tmp_path, monkeypatch):
+    from corpus.engine import select
+
+    inputs = _two_shards(tmp_path)
+    body = '[annotate]\nrules = ["gopher_quality"]\n[select]\nrules = []\n'
+    job = load_job(write_job(tmp_path, inputs, tmp_path / "out", body))
+    run_job(job, use_ray=False)
+    quantile = job.model_copy(update={"thresholds": (_quantile_threshold(0.5),)})
+    ids = [s.id for s in make_plan(job).shards]
+    values = pa.concat_tables([select.stored_signals(job, s, ["gopher_quality.words"]) for s in ids])
+    words = values.column("gopher_quality.words")
+    exact = select.resolve_quantiles(quantile, ids, len(words))[0].value
+    assert exact == sorted(words.to_pylist())[int(0.5 * (len(words) - 1))]
+    monkeypatch.setattr(select, "QUANTILE_SAMPLE", 50)
+    stride = -(-len(words) // 50)
+    sampled = select.resolve_quantiles(quantile, ids, len(words))[0].value
+    every_kth = sorted(words.to_pylist()[::stride])
+    assert sampled == every_kth[int(0.5 * (len(every_kth) - 1))]
+
+
+def _quantile_threshold(q: float):
+    from corpus.stages.select import Threshold
+
+    return Threshold("gopher_quality", "words", "max", None, q)
