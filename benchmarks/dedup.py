@@ -286,8 +286,9 @@ rows = 8
 """
 
 
-def _store_synthetic_run(folder: Path, words: np.ndarray, offsets: np.ndarray, total: int) -> tuple:
-    """A run folder holding `total` synthetic documents' signatures as its documents, all kept by the rules."""
+def _store_synthetic_run(folder: Path, words: np.ndarray, offsets: np.ndarray, total: int) -> np.ndarray:
+    """A run folder holding `total` synthetic documents' signatures as its documents, all kept by the rules
+    (run in a child process, so the driver's peak RSS is the engine's). Returns each document's origin."""
     import pyarrow as pa
     from corpus.stages.dedup import STEP_KEYS, _minhash, permutations
     from corpus.stages.select import SELECTION
@@ -328,15 +329,20 @@ def _store_synthetic_run(folder: Path, words: np.ndarray, offsets: np.ndarray, t
         with run.parquet_writer(rule_selection_path(shard.id), SELECTION) as writer:
             writer.write(selection)
         origins.append(origin)
-    return plan, run, np.concatenate(origins)
+    return np.concatenate(origins)
 
 
 def engine_section(docs) -> None:
     """Section 4: the dedup step through the engine's tasks and files on a 2-CPU Ray."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     import ray
 
+    from corpus.config.job import load_job
     from corpus.engine.dedup import deduplicate, partition_count
-    from corpus.engine.run_folder import decisions_path
+    from corpus.engine.plan import make_plan
+    from corpus.engine.run_folder import RunFolder, decisions_path
     from corpus.engine.tasks import RayRunner
 
     offsets, words = docs.folded_words
@@ -344,12 +350,17 @@ def engine_section(docs) -> None:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     print("\n4. the same through the engine's task path (shuffle files, partition tasks, star rounds, decisions), "
           "Ray with 2 CPUs")  # fmt: skip
-    print(f"{'documents':>12}{'partitions':>11}{'seconds':>10}{'docs/s':>10}{'driver RSS':>12}{'task RSS':>10}"
-          f"{'files':>7}{'dropped':>9}{'copies found':>14}{'unique dropped':>16}")  # fmt: skip
+    print(f"{'documents':>12}{'stored s':>10}{'partitions':>11}{'dedup s':>9}{'docs/s':>10}{'driver RSS':>12}"
+          f"{'task RSS':>10}{'files':>7}{'dropped':>9}{'copies found':>14}{'unique dropped':>16}")  # fmt: skip
     timings = {}
     for total in (100_000, 1_000_000):
         with tempfile.TemporaryDirectory(prefix="dedup-engine-") as tmp:
-            plan, run, origin = _store_synthetic_run(Path(tmp), words, offsets, total)
+            stored = time.perf_counter()
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+                origin = child.submit(_store_synthetic_run, Path(tmp), words, offsets, total).result()
+            stored = time.perf_counter() - stored
+            plan = make_plan(load_job(Path(tmp) / "job.toml"))
+            run = RunFolder(plan.options.output)
             runner = RayRunner(plan.options)
             failed: dict[str, str] = {}
             peak_task = [0]
@@ -369,12 +380,17 @@ def engine_section(docs) -> None:
             files = sum(len(f) for _, _, f in os.walk(Path(tmp) / "run" / "dedup"))
             driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
             print(
-                f"{total:>12,}{partition_count(plan.options, 'minhash', total):>11}{seconds:>10.1f}"
+                f"{total:>12,}{stored:>10.1f}{partition_count(plan.options, 'minhash', total):>11}{seconds:>9.1f}"
                 f"{total / seconds:>10,.0f}{driver:>8.0f} MiB{peak_task[0]:>6} MiB{files:>7}{(~kept).mean():>9.1%}"
                 f"{(~kept[copies]).mean():>14.1%}{(~kept[~copies]).mean():>16.2%}"
             )
     ray.shutdown()
-    print(f"1M / 100k time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min on 2 cores")
+    print(
+        f"1M / 100k dedup time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min on 2 cores"
+    )
+    print("stored s: signatures computed and written as a run's documents (a child process, outside the timing);")
+    print("dedup s: the dedup step's tasks on Ray, from the shuffle to each shard's decisions; task RSS: the")
+    print("largest peak a task reported (its Ray worker's, which a worker keeps across the tasks it runs)")
 
 
 class _peak_recording:  # noqa: N801 - a runner wrapper, used as a function
