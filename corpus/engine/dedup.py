@@ -219,8 +219,6 @@ def decide_shard(job: Job, task: Task, context: Context) -> dict:
     return {"id": shard.id, "linked": decisions.num_rows, "dropped": int(dropped.sum())}
 
 
-
-
 def _jaccard_with_roots(job: Job, shard_id: str, refs: np.ndarray, roots: np.ndarray, shards: list[str]) -> np.ndarray:
     """Exact Jaccard of the shingles of this shard's documents `refs` with those of the documents `roots`."""
     folder = documents_folder(job)

@@ -22,7 +22,7 @@ from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
 from corpus.engine.progress import RunProgress
 from corpus.engine.run_folder import MANIFEST, STATS, RunFolder, shard_report_path
-from corpus.engine.select import resolve_quantiles, select_task
+from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.stats import summarize
 from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
@@ -171,8 +171,9 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
 
     reports = _stored_reports(plan)
     shards = [shard for shard in plan.shards if shard.id in reports]
+    redone = {task.id for task in work}
     for report in reports.values():
-        report["skipped"] = report["id"] in stored and report["id"] not in {task.id for task in work}
+        report["skipped"] = report["id"] in stored and report["id"] not in redone
     documents = sum(report["documents"]["rows"] for report in reports.values())
     runner = runners.pick(needs_workers=documents > INLINE_DOCUMENTS)
 
@@ -180,20 +181,20 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
     bucket_of: dict[str, tuple[int, str]] = {}
     if corpus_rules(options) and shards:
         summaries, combines, signals, bucket_of = corpus_phase.corpus_tasks(options, shards, reports, plan_key)
-        done = run_phase(runner, options, summaries, failed)
-        summarized = {s.id for s in shards if s.id in done}
-        combines = [t for t in combines if all(s in summarized for s in _members(t, plan))]
-        run_phase(runner, options, combines, failed)
-        done = run_phase(runner, options, [t for t in signals if t.id in summarized], failed)
+        summarized = run_phase(runner, options, summaries, failed)
+        incomplete = {bucket_of[shard.id][0] for shard in shards if shard.id not in summarized}
+        combined = run_phase(runner, options, [t for t in combines if t.param("bucket") not in incomplete], failed)
+        ready = {task.param("bucket") for task in combines if task.id in combined}
+        done = run_phase(runner, options, [t for t in signals if t.param("bucket") in ready], failed)
         shards = [shard for shard in shards if shard.id in done]
         corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
 
     thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
     selecting = options.model_copy(update={"thresholds": tuple(thresholds)})
-    select_tasks = [select_task(selecting, shard, corpus_key_of[shard.id]) for shard in shards]
-    selections = run_phase(runner, selecting, select_tasks, failed)
+    selects = select_tasks(selecting, shards, corpus_key_of)
+    selections = run_phase(runner, selecting, selects, failed)
     shards = [shard for shard in shards if shard.id in selections]
-    selection_keys = {task.id: task.key for task in select_tasks}
+    selection_keys = {task.id: task.key for task in selects}
 
     if options.dedup.steps and shards:
         select_keys = [selection_keys[shard.id] for shard in shards]
@@ -208,8 +209,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
 
     tokenized = None
     if options.tokenize.tokenizer:
-        tasks = [tokens_phase.tokenize_task(selecting, s, selection_keys[s.id], bucket_of.get(s.id, (None,))[0])
-                 for s in shards]  # fmt: skip
+        tasks = tokens_phase.tokenize_tasks(selecting, shards, selection_keys, bucket_of)
         tokenize_failed: dict[str, str] = {}
         tokenized = run_phase(runner, selecting, tasks, tokenize_failed)
         failed.update(tokenize_failed)
@@ -235,7 +235,3 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         },
     )
     return stats
-
-
-def _members(task, plan: Plan) -> list[str]:
-    return [plan.shards[o].id for o in corpus_phase._ordinals(task.param("members"))]

@@ -78,17 +78,17 @@ def excluded_ids(path: str) -> pa.Array:
         raise RuntimeError(f"{path} (key 'exclude'): cannot read an `id` column: {exc}") from exc
 
 
-def select_key(job: Job, corpus_key: str) -> str:
-    """What a shard's rule selection depends on: its signals (and corpus signals), thresholds and exclusions."""
+def select_tasks(job: Job, shards: list[Shard], corpus_key_of: dict[str, str]) -> list[Task]:
+    """A task per shard; its key: the shard's signals (and corpus signals), the thresholds and the exclusions."""
     from corpus.engine.shards import shard_key
 
     exclusions = content_sha256(job.exclude) if job.exclude and "://" not in job.exclude else job.exclude
-    return cache_key("select", shard_key(job), corpus_key, thresholds_key(job.thresholds), exclusions)
-
-
-def select_task(job: Job, shard: Shard, corpus_key: str) -> Task:
-    marker = rule_selection_marker(shard.id) if job.dedup.steps else selection_marker(shard.id)
-    return Task("select", shard.id, select_key(job, corpus_key), marker, shard)
+    common = (shard_key(job), thresholds_key(job.thresholds), exclusions)
+    tasks = []
+    for shard in shards:
+        marker = rule_selection_marker(shard.id) if job.dedup.steps else selection_marker(shard.id)
+        tasks.append(Task("select", shard.id, cache_key("select", *common, corpus_key_of[shard.id]), marker, shard))
+    return tasks
 
 
 @kind("select", cpus=0.5)

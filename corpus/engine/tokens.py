@@ -20,12 +20,16 @@ from corpus.stages.tokenize import TextTokenizer, tokenize_documents
 from corpus.text.batch import DocumentBatch, stable_hashes
 
 
-def tokenize_task(job: Job, shard: Shard, selection_key: str, bucket: int | None) -> Task:
-    """Skipped when the tokenizer, its options and the shard's selection match its report."""
+def tokenize_tasks(job: Job, shards: list[Shard], selection_keys: dict[str, str], bucket_of: dict) -> list[Task]:
+    """A task per shard, skipped when the tokenizer, its options and the shard's selection match its report;
+    `bucket_of`: each shard's corpus-rule bucket (its summaries feed the corpus modifiers)."""
     options = job.tokenize
-    key = cache_key("tokens", content_sha256(options.tokenizer), options.model_dump(), job.name, selection_key)
-    params = (("bucket", bucket),) if bucket is not None else ()
-    return Task("tokenize", shard.id, key, f"tokens/shards/_{shard.id}.json", shard, params)
+    common = (content_sha256(options.tokenizer), options.model_dump(), job.name)
+    return [
+        Task("tokenize", s.id, cache_key("tokens", *common, selection_keys[s.id]), f"tokens/shards/_{s.id}.json", s,
+             (("bucket", bucket_of[s.id][0]),) if s.id in bucket_of else ())
+        for s in shards
+    ]  # fmt: skip
 
 
 def bucket_tasks(job: Job, reports: list[dict], plan_key: str) -> list[Task]:
