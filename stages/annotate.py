@@ -41,11 +41,12 @@ def annotated_schema(rules: list[Rule]) -> pa.Schema:
     return pa.schema([*DOCUMENTS, *signal_fields(rules)])
 
 
-def annotate_documents(documents: pa.Table, rules: list[Rule]) -> StageResult:
-    """Documents (schema `DOCUMENTS`, extra columns ignored) with one column per signal of each rule."""
+def annotate_documents(documents: pa.Table, rules: list[Rule], docs: DocumentBatch | None = None) -> StageResult:
+    """Documents (schema `DOCUMENTS`, extra columns ignored) with one column per signal of each rule. `docs`: the
+    same documents as a `DocumentBatch` when the caller has one (its word views are then split once, not twice)."""
     started = time.perf_counter()
     base = documents.select(DOCUMENTS.names)
-    docs = DocumentBatch.from_table(base)
+    docs = docs if docs is not None else DocumentBatch.from_table(base)
     columns = []
     for rule in rules:
         if rule.modifies_text:

@@ -248,12 +248,13 @@ def key_fields(options) -> list[pa.Field]:
     return [pa.field(STEP_KEYS[s], types[s], metadata={"doc": meanings[s]}) for s in options.stored_keys()]
 
 
-def add_dedup_keys(documents: pa.Table, options) -> pa.Table:
-    """The documents with the key columns of the job's dedup steps appended."""
+def add_dedup_keys(documents: pa.Table, options, docs: DocumentBatch | None = None) -> pa.Table:
+    """The documents with the key columns of the job's dedup steps appended; `docs`: the same documents as a
+    `DocumentBatch` when the caller has one (the annotate stage's, before any modifier)."""
     fields = key_fields(options)
     if not fields:
         return documents
-    docs = DocumentBatch.from_table(documents.select(["text", "url"]))
+    docs = docs if docs is not None else DocumentBatch.from_table(documents.select(["text", "url"]))
     columns = []
     for field in fields:
         if field.name == STEP_KEYS["url"]:

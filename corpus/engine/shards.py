@@ -19,6 +19,8 @@ from corpus.stages.annotate import annotate_documents, annotated_schema
 from corpus.stages.dedup import add_dedup_keys, key_fields
 from corpus.stages.extract import extract_documents
 from corpus.stages.read import read_records
+from corpus.stages.schema import DOCUMENTS
+from corpus.text.batch import DocumentBatch
 
 STAGES = ("read", "extract", "annotate")
 
@@ -55,10 +57,11 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
         for records in read_records(stream, shard.source, job.read):
             records.counts.seconds = time.perf_counter() - read_started
             documents = extract_documents(records.table, job.extract)
-            annotated = annotate_documents(documents.table, rules)
+            docs = DocumentBatch.from_table(documents.table.select(DOCUMENTS.names))  # split once for both
+            annotated = annotate_documents(documents.table, rules, docs)
             chain = [records.counts, documents.counts, annotated.counts]
             check_chain(chain, f"{shard.source}")
-            writer.write(add_dedup_keys(annotated.table, job.dedup))
+            writer.write(add_dedup_keys(annotated.table, job.dedup, docs))
             for counts in chain:
                 totals[counts.stage].merge(counts)
             if context.on_progress:
@@ -89,8 +92,9 @@ def reannotate_shard(job: Job, task: Task, context: Context) -> dict:
     counts = StageCounts("annotate")
     with folder.parquet_writer(documents_path(shard.id), documents_schema(job)) as writer:
         for table in folder.iter_batches(documents_path(shard.id), job.read.batch_size):
-            annotated = annotate_documents(table, rules)
-            writer.write(add_dedup_keys(annotated.table, job.dedup))
+            docs = DocumentBatch.from_table(table.select(DOCUMENTS.names))
+            annotated = annotate_documents(table, rules, docs)
+            writer.write(add_dedup_keys(annotated.table, job.dedup, docs))
             counts.merge(annotated.counts)
     return {
         **report,
