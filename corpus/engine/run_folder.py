@@ -93,11 +93,6 @@ class RunFolder:
         except FileNotFoundError:
             return None
 
-    def report_with_key(self, relative: str, key: str) -> dict | None:
-        """The JSON report at `relative` if it was written for `key` (work already done), else None."""
-        report = self.read_json(relative)
-        return report if report is not None and report.get("key") == key else None
-
     def listed(self, folder: str) -> set[str]:
         """The relative paths of the files directly in a folder of the run (empty if it does not exist)."""
         try:
@@ -150,7 +145,8 @@ class RunFolder:
 
     def done(self, marker: str, key: str) -> dict | None:
         """The report a task left at `marker` if it was written for `key` (the work is done), else None."""
-        return self.report_with_key(marker, key)
+        report = self.read_json(marker)
+        return report if report is not None and report.get("key") == key else None
 
     def remove_temporaries(self) -> int:
         """Delete partial files left by a killed run (call with the lock held); returns how many."""
