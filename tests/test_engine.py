@@ -143,3 +143,20 @@ def _quantile_threshold(q: float):
     from corpus.stages.select import Threshold
 
     return Threshold("gopher_quality", "words", "max", None, q)
+
+
+def test_reselecting_a_complete_run_starts_no_ray_and_redoes_only_selection(tmp_path):
+    import ray
+
+    inputs = _two_shards(tmp_path)
+    body = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["exact"]\n'
+    run_job(load_job(write_job(tmp_path, inputs, tmp_path / "out", body)), use_ray=False)
+    documents = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "documents").glob("*.parquet")}
+    stricter = body + "[select.gopher_quality]\nwords.min = 200\n"
+    ray.shutdown()  # an earlier test's cluster, if one is left
+    stats = run_job(load_job(write_job(tmp_path, inputs, tmp_path / "out", stricter)), use_ray=True)
+    assert not ray.is_initialized()  # nothing to extract and a small run: no cluster started
+    assert stats["runners"] == {"extract": "in-process", "select onwards": "in-process"}
+    assert stats["shards"]["skipped_complete"] == 2
+    assert stats["stages"]["select"]["dropped"]["gopher_quality.words.min"] > 0
+    assert {p: p.stat().st_mtime_ns for p in documents} == documents  # the documents were not rewritten

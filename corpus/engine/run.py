@@ -164,8 +164,9 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         runners.poll_progress()
         progress.shard_finished(task.id, error)
 
+    extractor = runners.pick(needs_workers=bool(work))
     try:
-        run_phase(runners.pick(needs_workers=bool(work)), options, work, failed, finished)
+        run_phase(extractor, options, work, failed, finished)
     finally:
         progress.close()
 
@@ -220,7 +221,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
     stats = summarize(options, ordered, selections, failed, time.perf_counter() - started, thresholds, tokenized)
-    stats["runner"] = runner.name
+    stats["runners"] = {"extract": extractor.name, "select onwards": runner.name}  # where the phases ran
     folder.write_json(STATS, stats)
     folder.write_json(
         MANIFEST,
