@@ -56,9 +56,9 @@ def corpus_tasks(job: Job, shards: list[Shard], reports: dict[str, dict], plan_k
     bucket_of: dict[str, tuple[int, str]] = {}
     for b, bucket in enumerate(buckets_of(ordered, job.annotate.corpus_bucket_documents)):
         key = cache_key("combined", annotate, [_shard_content(report) for report in bucket])
-        members = ",".join(str(ordinal[report["id"]]) for report in bucket)
+        members = _ranges([ordinal[report["id"]] for report in bucket])
         combines.append(Task("combine", f"corpus-bucket-{b}", key, combined_marker(b), None,
-                             (("bucket", b), ("plan", plan_key), ("members", _ranges(members)))))  # fmt: skip
+                             (("bucket", b), ("plan", plan_key), ("members", members))))  # fmt: skip
         for report in bucket:
             bucket_of[report["id"]] = (b, key)
     for shard in shards:
@@ -69,11 +69,10 @@ def corpus_tasks(job: Job, shards: list[Shard], reports: dict[str, dict], plan_k
     return summaries, combines, signals, bucket_of
 
 
-def _ranges(members: str) -> str:
-    """Ordinals '3,4,5,9' as '3-5,9': a bucket's parameter stays small however many shards it holds."""
-    numbers = [int(n) for n in members.split(",")]
+def _ranges(ordinals: list[int]) -> str:
+    """Ordinals [3, 4, 5, 9] as '3-5,9': a bucket's parameter stays small however many shards it holds."""
     runs: list[list[int]] = []
-    for n in numbers:
+    for n in ordinals:
         if runs and n == runs[-1][1] + 1:
             runs[-1][1] = n
         else:
