@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from corpus import __version__
 from corpus.config.ablation import Ablation, ModelOptions
@@ -314,9 +313,7 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
             summary["failed_runs"][name] = f"selection failed or kept nothing: {stats['failed_shards']}"
             continue
         variant_folder = RunFolder(job.output)
-        selection = pq.read_table(
-            variant_folder.path("selection"), columns=["id", "kept", "first_failure"], filesystem=variant_folder.fs
-        )
+        selection = variant_folder.read_folder("selection", columns=["id", "kept", "first_failure"])
         manifest = variant_folder.read_json("tokens/manifest.json")
         counts.append(_variant_counts(name, selection, overlap, manifest["tokens"]))
         kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
@@ -414,7 +411,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
 
         summary["failed_runs"].update(_run_all(todo, use_ray, save))
         finished = [spec["name"] for spec in specs if spec["name"] not in summary["failed_runs"]]
-        tables = [pq.read_table(folder.path("runs", f"{name}.parquet")) for name in finished]
+        tables = [folder.read_table(f"runs/{name}.parquet") for name in finished]
         if tables:
             results = pa.concat_tables(tables, promote_options="permissive")
             with folder.parquet_writer("results.parquet", results.schema) as writer:
