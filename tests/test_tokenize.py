@@ -304,6 +304,9 @@ def test_a_seeded_shuffle_mixes_documents_across_shards_deterministically(tokeni
         f["sha256"] for f in manifest["files"]
     ]
     assert manifest["tokens"] == plain_manifest["tokens"]
+    assert not (tmp_path / "shuffled" / "tokens" / "buckets").exists()  # merged, then removed
+    rerun, rerun_manifest = run("shuffled", "shuffle_seed = 7\nshuffle_buckets = 3\n")  # every task done already
+    assert rerun == shuffled and rerun_manifest["files"] == manifest["files"]
     first_file = pq.read_table(tmp_path / "shuffled" / manifest["files"][0]["path"])["doc_id"].to_pylist()
     shard_of = {doc: doc_id_shard for doc_id_shard, doc in _shard_of_documents(tmp_path / "plain")}
     assert len({shard_of[doc] for doc in first_file}) == 2  # one output file holds documents of both inputs

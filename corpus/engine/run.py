@@ -216,7 +216,11 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         failed.update(tokenize_failed)
         if options.tokenize.shuffle_seed is not None and not tokenize_failed:
             buckets = tokens_phase.bucket_tasks(selecting, list(tokenized.values()), plan_key)
-            tokenized = run_phase(runner, selecting, buckets, failed)
+            bucket_failed: dict[str, str] = {}
+            tokenized = run_phase(runner, selecting, buckets, bucket_failed)
+            failed.update(bucket_failed)
+            if not bucket_failed:
+                folder.remove("tokens/buckets")  # merged into token shards; a rerun's tasks are done by their markers
         tokens_phase.write_token_manifest(selecting, list(tokenized.values()), thresholds)
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
