@@ -160,3 +160,26 @@ def test_reselecting_a_complete_run_starts_no_ray_and_redoes_only_selection(tmp_
     assert stats["shards"]["skipped_complete"] == 2
     assert stats["stages"]["select"]["dropped"]["gopher_quality.words.min"] > 0
     assert {p: p.stat().st_mtime_ns for p in documents} == documents  # the documents were not rewritten
+
+
+def test_a_run_written_to_an_fsspec_url_is_read_back_by_the_report_and_the_token_reader(tmp_path):
+    import fsspec
+    from corpus.stages.tokenize import train_tokenizer
+
+    from corpus.lab.token_stream import TokenStream
+    from corpus.report.run_report import load_run
+
+    inputs = _two_shards(tmp_path)
+    texts = [page.decode("utf-8", "replace") for page in build_sample()[0].split(b"\r\n\r\n")[:200]]
+    train_tokenizer(texts, 300, str(tmp_path / "tokenizer.json"))
+    body = f'[annotate]\nrules = ["gopher_quality"]\n[tokenize]\ntokenizer = "{tmp_path / "tokenizer.json"}"\n'
+    url = f"memory://runs/{tmp_path.name}"  # not a local path: every read and write goes through fsspec
+    job = load_job(write_job(tmp_path, inputs, tmp_path / "unused", body), output=url)
+    stats = run_job(job, use_ray=False)
+    assert stats["totals"]["unaccounted"] == 0 and not (tmp_path / "unused").exists()
+    view = load_run(url)
+    assert view.documents.num_rows == stats["stages"]["extract"]["kept"]
+    assert int(np.sum(view.documents.column("kept"))) == stats["totals"]["kept"]
+    sequences = list(TokenStream(url, 63))
+    assert sum(len(s) for s in sequences) == stats["tokens"]["tokens"]
+    fsspec.filesystem("memory").rm(f"/runs/{tmp_path.name}", recursive=True)
