@@ -265,16 +265,22 @@ def _run_report(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace) -> int:
-    from corpus.report.run_report import signal_histograms, write_html
+    from corpus.engine import RunFolder
+    from corpus.report.run_report import render_html, signal_histograms
 
     loaded = _run_report(args)
     if loaded is None:
         return 2
     view, data = loaded
-    out = (
-        Path(args.out) if args.out else Path(args.run) / ("report-hypothetical.html" if args.select else "report.html")
-    )
-    write_html(data, signal_histograms(view), out)
+    page = render_html(data, signal_histograms(view)).encode("utf-8")
+    if args.out:
+        out = args.out
+        Path(out).write_bytes(page)
+    else:  # beside the run's files, wherever the run lives
+        run = RunFolder(args.run)
+        name = "report-hypothetical.html" if args.select else "report.html"
+        run.write_bytes(name, page)
+        out = f"{run.url}/{name}"
     console = Console(width=None if sys.stdout.isatty() else 120)
     funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
     units = ["words", "tokens"] if data["funnel"][2]["tokens"] is not None else ["words"]

@@ -15,7 +15,7 @@ from conftest import REPO
 from corpus.cli import main
 from corpus.config.job import load_job
 from corpus.engine import run_job
-from corpus.report.run_report import load_run, report_data, signal_histograms, write_html
+from corpus.report.run_report import load_run, render_html, report_data, signal_histograms
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
     out, _ = sample_run
     view = load_run(out)
     page = tmp_path / "report.html"
-    write_html(report_data(view), signal_histograms(view), page)
+    page.write_text(render_html(report_data(view), signal_histograms(view)), encoding="utf-8")
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
     result = subprocess.run([*command, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     body = result.stdout[result.stdout.index("<body") :].split(">", 1)[0]

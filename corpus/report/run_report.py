@@ -8,7 +8,7 @@ signals: "what would this threshold delete?" (dedup is not re-run for a hypothet
 `report_data` computes the funnel, per-rule drops (alone and exclusively: documents, words, and tokens by the
 run's tokenizer when it has one), the overlap
 between rules, samples of dropped documents with their offending span and of kept ones nearest each threshold,
-and the top domains by documents dropped; `write_html` renders it as one self-contained file (figures embedded).
+and the top domains by documents dropped; `render_html` renders it as one self-contained page (figures embedded).
 """
 
 from __future__ import annotations
@@ -354,8 +354,8 @@ IMAGE_CHECK = """window.addEventListener("load", function () {
 });"""
 
 
-def write_html(data: dict, figures: dict[str, str], path: str | Path) -> None:
-    """The report as one HTML file, its figures embedded as data URIs."""
+def render_html(data: dict, figures: dict[str, str]) -> str:
+    """The report as one HTML page, its figures embedded as data URIs."""
     title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
     with_tokens = data["funnel"][2]["tokens"] is not None
     units = ["words", "tokens"] if with_tokens else ["words"]
@@ -407,4 +407,4 @@ def write_html(data: dict, figures: dict[str, str], path: str | Path) -> None:
         )
     )
     parts.append("</body></html>")
-    Path(path).write_text("".join(parts), encoding="utf-8")
+    return "".join(parts)
