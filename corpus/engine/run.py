@@ -112,18 +112,16 @@ def _stored_reports(plan: Plan) -> dict[str, dict]:
     options = plan.options
     source = documents_folder(options)
     expected = fingerprint(options)
-    reports = {}
     present = source.listed("shards")  # one listing, not a request per planned shard
-    for shard in plan.shards:
-        if shard_report_path(shard.id) not in present:
-            continue
-        report = source.read_json(shard_report_path(shard.id))
+    wanted = [shard_report_path(shard.id) for shard in plan.shards if shard_report_path(shard.id) in present]
+    reports = {}
+    for report in source.read_jsons(wanted).values():  # fetched concurrently from object stores
         if report["fingerprint"] != expected:
             raise StaleOutput(
-                f"{source.url} holds shard {shard.id} made with other read/extract options; "
+                f"{source.url} holds shard {report['id']} made with other read/extract options; "
                 "use a new output folder (or delete this one) to run with these options"
             )
-        reports[shard.id] = report
+        reports[report["id"]] = report
     return reports
 
 

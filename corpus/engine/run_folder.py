@@ -93,6 +93,15 @@ class RunFolder:
         except FileNotFoundError:
             return None
 
+    def read_jsons(self, relatives: list[str]) -> dict[str, dict]:
+        """Many JSON files of the run in one call (an async object store fetches them concurrently); a file that
+        is gone is left out."""
+        if not relatives:
+            return {}
+        paths = {self.path(relative): relative for relative in relatives}
+        contents = self.fs.cat(list(paths), on_error="omit")
+        return {paths[path]: json.loads(data) for path, data in contents.items() if path in paths}
+
     def listed(self, folder: str) -> set[str]:
         """The relative paths of the files directly in a folder of the run (empty if it does not exist)."""
         try:
