@@ -80,11 +80,8 @@ def _write_partitioned(folder: RunFolder, directory: str, name: str, table: pa.T
 
 
 def _table(folder: RunFolder, directory: str, names: list[str], schema: pa.Schema) -> pa.Table:
-    """The `<directory>/<name>.parquet` files of these writers that exist, as one table. Not a glob: a writer no
-    longer in the job may have left files there."""
-    parts = [folder.read_table(f"{directory}/{name}.parquet", schema=schema) for name in names
-             if folder.exists(f"{directory}/{name}.parquet")]  # fmt: skip
-    return pa.concat_tables([schema.empty_table(), *parts])
+    """The files of these writers in a directory, as one table (empty when none wrote there)."""
+    return pa.concat_tables([schema.empty_table(), *folder.read_parts(directory, names, schema)])
 
 
 def _edges_table(a: np.ndarray, b: np.ndarray) -> pa.Table:

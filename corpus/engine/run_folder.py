@@ -117,6 +117,14 @@ class RunFolder:
         with self.fs.open(self.path(relative), "rb") as fh:
             return pq.read_table(fh, columns=columns, schema=schema)
 
+    def read_parts(self, directory: str, names: list[str], schema: pa.Schema | None = None) -> list[pa.Table]:
+        """The `<directory>/<name>.parquet` files of these writers that exist, in the order named, after one
+        listing of the directory (not a request per name; not a glob either: a writer no longer in the job may have
+        left files there)."""
+        present = self.listed(directory)
+        return [self.read_table(f"{directory}/{name}.parquet", schema=schema) for name in names
+                if f"{directory}/{name}.parquet" in present]  # fmt: skip
+
     def read_folder(self, relative: str, columns: list[str] | None = None) -> pa.Table:
         """Every Parquet file under a folder of the run as one table (e.g. `selection`)."""
         return pq.read_table(self.path(relative), columns=columns, filesystem=self.fs)

@@ -196,8 +196,7 @@ def tokenize_bucket(job: Job, task: Task, context: Context) -> dict:
     folder = RunFolder(job.output)
     bucket = task.param("bucket")
     directory = f"tokens/buckets/{bucket:05d}"
-    names = [f"{directory}/{shard}.parquet" for shard in planned_shard_ids(folder, task.param("plan"))]
-    parts = [folder.read_table(name) for name in names if folder.exists(name)]  # not a glob: stale writers
+    parts = folder.read_parts(directory, planned_shard_ids(folder, task.param("plan")))
     folder.remove(f"tokens/shards/bucket-{bucket:05d}-*.parquet")
     files = []
     if parts:
