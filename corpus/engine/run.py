@@ -164,15 +164,14 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
 
     extractor = runners.pick(needs_workers=bool(work))
     try:
-        run_phase(extractor, options, work, failed, finished)
+        extracted = run_phase(extractor, options, work, failed, finished)
     finally:
         progress.close()
 
-    reports = _stored_reports(plan)
+    # Complete shards: those stored with this job's key, and those just made (a shard that failed has neither).
+    reports = {shard_id: {**report, "skipped": True} for shard_id, report in stored.items() if report.get("key") == key}
+    reports |= {shard_id: {**report, "skipped": False} for shard_id, report in extracted.items()}
     shards = [shard for shard in plan.shards if shard.id in reports]
-    redone = {task.id for task in work}
-    for report in reports.values():
-        report["skipped"] = report["id"] in stored and report["id"] not in redone
     documents = sum(report["documents"]["rows"] for report in reports.values())
     runner = runners.pick(needs_workers=documents > INLINE_DOCUMENTS)
 
