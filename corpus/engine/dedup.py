@@ -23,6 +23,7 @@ from corpus.engine.run_folder import (
     RunFolder,
     decisions_path,
     dedup_path,
+    marker,
     rule_selection_marker,
     rule_selection_path,
     selection_marker,
@@ -259,7 +260,7 @@ INTERMEDIATES = ("shuffle", "cc", "nodes", "labels", "components")
 def _remove_intermediates(folder: RunFolder, step: str) -> None:
     for name in INTERMEDIATES:
         folder.remove(dedup_path(step, name))
-    folder.remove(dedup_path(step, "_*.json"))
+    folder.remove(marker(dedup_path(step), "*"))
 
 
 def deduplicate(job: Job, shards: list[Shard], select_keys: list[str], documents: int, plan_key: str,
@@ -292,12 +293,12 @@ def _run_step(job: Job, shards: list[Shard], key: str, base: tuple, partitions: 
     def partition_tasks(name: str, label: str, extra: tuple = ()) -> list[Task]:
         """A task of kind `dedup_<name>` per partition, `<step>-<label>-<q>`, its marker beside the step."""
         return [
-            Task(f"dedup_{name}", f"{step}-{label}-{q}", key, dedup_path(step, f"_{label}-{q}.json"), None,
+            Task(f"dedup_{name}", f"{step}-{label}-{q}", key, marker(dedup_path(step), f"{label}-{q}"), None,
                  (*base, ("partition", q), *extra))
             for q in range(partitions)
         ]  # fmt: skip
 
-    shuffles = [Task("dedup_shuffle", s.id, key, dedup_path(step, f"_{s.id}.json"), s, base) for s in shards]
+    shuffles = [Task("dedup_shuffle", s.id, key, marker(dedup_path(step), s.id), s, base) for s in shards]
     if phase(shuffles) is None:
         return False
     if phase(partition_tasks("forest", "forest")) is None:
@@ -317,7 +318,7 @@ def _run_step(job: Job, shards: list[Shard], key: str, base: tuple, partitions: 
         return False
     if phase(partition_tasks("roots", "roots")) is None:
         return False
-    decide = [Task("dedup_decide", s.id, key, dedup_path(step, "decisions", f"_{s.id}.json"), s, base) for s in shards]
+    decide = [Task("dedup_decide", s.id, key, marker(dedup_path(step, "decisions"), s.id), s, base) for s in shards]
     return phase(decide) is not None
 
 

@@ -262,6 +262,11 @@ class ParquetShardWriter:
             self.folder._discard(self.temporary)
 
 
+def marker(directory: str, name: str) -> str:
+    """A task's marker: `<directory>/_<name>.json` ('_': Parquet readers of the folder skip it)."""
+    return f"{directory}/_{name}.json"
+
+
 def documents_path(shard: str) -> str:
     return f"documents/{shard}.parquet"
 
@@ -275,7 +280,7 @@ def selection_path(shard: str) -> str:
 
 
 def selection_marker(shard: str) -> str:
-    return f"selection/_{shard}.json"  # '_': Parquet readers of the folder skip it
+    return marker("selection", shard)
 
 
 def rule_selection_path(shard: str) -> str:
@@ -284,7 +289,7 @@ def rule_selection_path(shard: str) -> str:
 
 
 def rule_selection_marker(shard: str) -> str:
-    return f"rule_selection/_{shard}.json"
+    return marker("rule_selection", shard)
 
 
 def summary_path(rule: str, shard: str) -> str:
@@ -292,7 +297,7 @@ def summary_path(rule: str, shard: str) -> str:
 
 
 def summary_marker(shard: str) -> str:
-    return f"summaries/_{shard}.json"
+    return marker("summaries", shard)
 
 
 def combined_path(rule: str, bucket: int) -> str:
@@ -300,7 +305,7 @@ def combined_path(rule: str, bucket: int) -> str:
 
 
 def combined_marker(bucket: int) -> str:
-    return f"summaries/combined/_{bucket:05d}.json"
+    return marker("summaries/combined", f"{bucket:05d}")
 
 
 def corpus_signals_path(shard: str) -> str:
@@ -308,7 +313,7 @@ def corpus_signals_path(shard: str) -> str:
 
 
 def corpus_signals_marker(shard: str) -> str:
-    return f"corpus_signals/_{shard}.json"
+    return marker("corpus_signals", shard)
 
 
 def dedup_path(step: str, *parts: str) -> str:

@@ -13,7 +13,7 @@ from corpus.config.job import Job
 from corpus.engine.corpus_rules import combined_summaries
 from corpus.engine.keys import cache_key
 from corpus.engine.plan import Shard, corpus_rules, document_rules, documents_folder, planned_shard_ids
-from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder, documents_path, selection_path
+from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder, documents_path, marker, selection_path
 from corpus.engine.tasks import Context, Task, kind
 from corpus.rulebook import content_sha256, load_once
 from corpus.stages.tokenize import TextTokenizer, tokenize_documents
@@ -26,7 +26,7 @@ def tokenize_tasks(job: Job, shards: list[Shard], selection_keys: dict[str, str]
     options = job.tokenize
     common = (content_sha256(options.tokenizer), options.model_dump(), job.name)
     return [
-        Task("tokenize", s.id, cache_key("tokens", *common, selection_keys[s.id]), f"tokens/shards/_{s.id}.json", s,
+        Task("tokenize", s.id, cache_key("tokens", *common, selection_keys[s.id]), marker("tokens/shards", s.id), s,
              (("bucket", bucket_of[s.id][0]),) if s.id in bucket_of else ())
         for s in shards
     ]  # fmt: skip
@@ -35,7 +35,7 @@ def tokenize_tasks(job: Job, shards: list[Shard], selection_keys: dict[str, str]
 def bucket_tasks(job: Job, reports: list[dict], plan_key: str) -> list[Task]:
     key = cache_key("token-buckets", sorted(report["key"] for report in reports), job.tokenize.model_dump())
     return [
-        Task("tokenize_bucket", f"bucket-{b:05d}", key, f"tokens/shards/_bucket-{b:05d}.json", None,
+        Task("tokenize_bucket", f"bucket-{b:05d}", key, marker("tokens/shards", f"bucket-{b:05d}"), None,
              (("bucket", b), ("plan", plan_key)))
         for b in range(job.tokenize.shuffle_buckets)
     ]  # fmt: skip
