@@ -366,7 +366,7 @@ def engine_section(docs) -> None:
             peak_task = [0]
             started = time.perf_counter()
             key = deduplicate(plan.options, list(plan.shards), ["synthetic"] * len(plan.shards), total, "bench",
-                              _peak_recording(runner, peak_task), failed)  # fmt: skip
+                              PeakRecording(runner, peak_task), failed)  # fmt: skip
             seconds = time.perf_counter() - started
             timings[total] = seconds
             if not key:
@@ -393,7 +393,7 @@ def engine_section(docs) -> None:
     print("largest peak a task reported (its Ray worker's, which a worker keeps across the tasks it runs)")
 
 
-class _peak_recording:  # noqa: N801 - a runner wrapper, used as a function
+class PeakRecording:
     """A runner that passes tasks through and records the largest peak RSS its tasks report."""
 
     def __init__(self, runner, peak: list[int]):

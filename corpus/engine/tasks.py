@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from corpus.config.job import Job
-from corpus.engine.plan import Shard
+from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import RunFolder
 
 
@@ -73,8 +73,7 @@ class Context:
 
 
 def task_folder(options: Job, task: Task) -> RunFolder:
-    in_documents = KINDS[task.kind].in_documents_folder and options.documents_from
-    return RunFolder(options.documents_from if in_documents else options.output)
+    return documents_folder(options) if KINDS[task.kind].in_documents_folder else RunFolder(options.output)
 
 
 def execute(options: Job, task: Task, context: Context | None = None) -> dict:
