@@ -42,6 +42,8 @@ def ensure_ray() -> None:
         if os.environ.get("RAY_ADDRESS"):
             ray.init(logging_level=logging.WARNING)
         else:
+            # The cluster is ours and local: Ray's notice that it enabled token authentication is not the user's.
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
 
 
