@@ -109,11 +109,11 @@ def build(shared: Path) -> pa.Table:
                 if name.endswith(".txt"):
                     text = zf.read(name).decode(encoding, "replace")
                     documents += _chunks(text, f"{archive}/{name}")
-    from corpus.stages.extract import identify_languages
+    from corpus.stages.extract import LanguageIdentifier
 
-    langs, _ = identify_languages([d["text"] for d in documents], "", 10_000)
-    for document, lang in zip(documents, langs, strict=True):
-        document["lang"] = lang
+    identify = LanguageIdentifier(max_chars=10_000)
+    for document in documents:
+        document["lang"] = identify(document["text"])[0]
     return pa.Table.from_pylist(
         documents,
         schema=pa.schema(

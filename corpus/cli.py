@@ -122,7 +122,9 @@ def _documents_to_try(paths: list[str], limit: int):
     """(name, text, url, lang) from text, HTML or documents-Parquet files."""
     import pyarrow.parquet as pq
 
-    from corpus.stages.extract import decode_html, identify_languages, main_text_function
+    from corpus.stages.extract import ExtractOptions, LanguageIdentifier, decode_html, main_text
+
+    identify = LanguageIdentifier()
 
     for path in paths:
         if path.endswith(".parquet"):
@@ -134,15 +136,10 @@ def _documents_to_try(paths: list[str], limit: int):
             data = fh.read()
         if path.endswith((".html", ".htm")):
             html, _ = decode_html(data, None)
-            text = (
-                main_text_function(
-                    "trafilatura", {"favor_precision": True, "include_comments": False, "include_tables": True}
-                )(html, None)
-                or ""
-            )
+            text = main_text(ExtractOptions().extractor, html, None)
         else:
             text = data.decode("utf-8", "replace")
-        yield path, text, None, identify_languages([text], "", 10_000)[0][0]
+        yield path, text, None, identify(text)[0]
 
 
 def _rules_try(args: argparse.Namespace) -> int:

@@ -10,7 +10,9 @@ A rule is one class in one module under `rules/`, decorated with `@register`:
 - optionally `offending_span(text, url)`: where in a document the rule fires, for `corpus rules try` and reports,
 - optionally `check(options)`: refuse unusable settings at job load (a model file with the wrong labels),
 - `opt_in = True` for a rule that needs a file the job must name (a model): computed only when
-  `[annotate] rules` lists it.
+  `[annotate] rules` lists it,
+- `reads_text = False` for a rule that reads only the URL and metadata: a job may then apply it before
+  extraction (`[prefilter] rules`), so the pages it drops are never extracted.
 
 A rule that rewrites text (C4 line removal, PII masking) is a modifier: `modifies_text = True` and its
 `modify(docs)` returns its signals and the new texts, which the rules after it in `[annotate] rules` see. The stored
@@ -74,6 +76,7 @@ class Rule:
     modifies_text: ClassVar[bool] = False
     sees_modified_text: ClassVar[bool] = False  # in the default order, run after the modifiers
     opt_in: ClassVar[bool] = False  # not in the default order: only where `[annotate] rules` names it
+    reads_text: ClassVar[bool] = True  # False: URL and metadata only, so it may run before extraction
 
     def __init__(self, options: BaseModel | None = None):
         self.options = options if options is not None else self.Options()

@@ -129,6 +129,7 @@ class Url(Rule):
         drop_domains: list[str] = []
 
     name = "url"
+    reads_text = False
     signals = (
         Signal("blocked_domain", pa.bool_(), "the host or a parent domain is on the blocklist"),
         Signal("blocked_url", pa.bool_(), "the exact URL is on the URL blocklist"),

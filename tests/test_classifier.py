@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import real_documents_module, shared, write_job
+from conftest import benchmark_module, shared, write_job
 
 from corpus.cli import main
 from corpus.config.job import JobError, load_job
@@ -30,7 +30,7 @@ SMALL = TrainOptions(bucket=50_000)  # a 13 MB model instead of fastText's 2M-ro
 
 
 def _wikitext_articles(relative: str) -> list[str]:
-    return real_documents_module().wikitext_articles(shared(relative))
+    return benchmark_module("real_documents").wikitext_articles(shared(relative))
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ("[extract]\ntimeout_s = 'soon'\n", "key 'extract.timeout_s': Input should be a valid number"),
         (
             "[extract]\nextractor = 'readability'\n",
-            "key 'extract.extractor': Input should be 'trafilatura' or 'resiliparse'",
+            "key 'extract.extractor': Input should be 'trafilatura', 'trafilatura_fineweb' or 'resiliparse'",
         ),
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
@@ -149,13 +149,14 @@ def test_readme_documents_every_job_key():
     from corpus.stages.annotate import AnnotateOptions
     from corpus.stages.dedup import DedupOptions, MinHashOptions
     from corpus.stages.extract import ExtractOptions
+    from corpus.stages.prefilter import PrefilterOptions
     from corpus.stages.read import ReadOptions
     from corpus.stages.tokenize import TokenizeOptions
 
     from corpus.config.job import INTERNAL_FIELDS, RayOptions
 
     readme = (REPO / "README.md").read_text()
-    sections = {"read", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
+    sections = {"read", "prefilter", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
     from corpus.config.ablation import AblationJob
@@ -172,6 +173,7 @@ def test_readme_documents_every_job_key():
         assert f"| `{key}" in readme, key
     for section, model in (
         ("read", ReadOptions),
+        ("prefilter", PrefilterOptions),
         ("extract", ExtractOptions),
         ("annotate", AnnotateOptions),
         ("ray", RayOptions),

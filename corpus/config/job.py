@@ -23,6 +23,7 @@ from corpus.stages.annotate import AnnotateOptions
 from corpus.stages.dedup import DedupOptions
 from corpus.stages.extract import ExtractOptions
 from corpus.stages.options import StageOptions
+from corpus.stages.prefilter import PrefilterOptions
 from corpus.stages.read import ReadOptions
 from corpus.stages.tokenize import TextTokenizer, TokenizeOptions, TokenizerError
 
@@ -44,6 +45,7 @@ class Job(StageOptions):
     max_inputs: int = Field(0, ge=0, description="take only the first N inputs (0 = all)")
     output: str = Field(description="output folder or URL")
     read: ReadOptions = ReadOptions()
+    prefilter: PrefilterOptions = PrefilterOptions()
     extract: ExtractOptions = ExtractOptions()
     annotate: AnnotateOptions = AnnotateOptions()
     rules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="settings per rule: [rules.NAME]")
@@ -291,6 +293,7 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     if select:
         unselected = next(iter(select))
         raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules")
+    _check_prefilter(job, path, registry, selected, thresholds)
     modifiers = [name for name in names if registry[name].rewrites_text()]
     for name in job.tokenize.modifiers or []:
         if name not in modifiers:
@@ -299,3 +302,23 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
                 f"(computed modifiers: {', '.join(modifiers) or 'none'})"
             )
     return tuple(settings), tuple(thresholds)
+
+
+def _check_prefilter(job: Job, path: Path, registry: dict, selected: list[str], thresholds: list) -> None:
+    """A rule before extraction reads no text, is selected on, and has fixed thresholds (no corpus yet)."""
+    _check_rule_names(path, "prefilter.rules", job.prefilter.rules, registry)
+    for name in job.prefilter.rules:
+        if registry[name].reads_text:
+            readers = [n for n, rule in registry.items() if not rule.reads_text]
+            raise JobError(
+                f"{path}: key 'prefilter.rules': rule '{name}' reads the text, which only exists after extraction "
+                f"(rules that read no text: {', '.join(readers) or 'none'})"
+            )
+        if name not in selected:
+            raise JobError(f"{path}: key 'prefilter.rules': rule '{name}' is not selected on (add it to select.rules)")
+        for threshold in thresholds:
+            if threshold.rule == name and threshold.quantile is not None:
+                raise JobError(
+                    f"{path}: key 'select.{threshold.column}': a quantile threshold needs the whole corpus, so rule "
+                    f"'{name}' cannot run before extraction; give a fixed min/max or remove it from prefilter.rules"
+                )

@@ -18,18 +18,25 @@ def cache_key(*parts) -> str:
 
 
 def fingerprint(job: Job) -> str:
-    """Hash of every option that changes a shard's documents; shards made under another fingerprint are stale."""
+    """Hash of every option that changes a shard's documents (with the rules and thresholds applied before
+    extraction); shards made under another fingerprint are stale."""
     options = {"read": job.read.model_dump(), "extract": job.extract.model_dump()}
+    if job.prefilter.rules:
+        names = set(job.prefilter.rules)
+        options["prefilter"] = {
+            "rules": _rule_entries(job, names),
+            "thresholds": thresholds_key([t for t in job.thresholds if t.rule in names]),
+        }
     return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def annotate_fingerprint(job: Job) -> str:
-    """Hash of the rules computed, their versions and settings (with the contents of the files they name: a model
-    retrained in place), and of the dedup keys stored: signals made under another one are recomputed. Dedup's
-    bands and rows are not in it: they only regroup stored signatures."""
+def _rule_entries(job: Job, names: set[str] | None = None) -> list:
+    """Each computed rule (or those in `names`): its versioned name, settings and the contents of its files."""
     registry = discover()
     rules = []
     for name, options in job.rule_settings:
+        if names is not None and name not in names:
+            continue
         fields = registry[name].Options.model_fields
         files = {
             option: content_sha256(value)
@@ -38,6 +45,14 @@ def annotate_fingerprint(job: Job) -> str:
         }
         entry = (registry[name].versioned_name(), options)
         rules.append((*entry, files) if files else entry)  # a rule that names no file keeps its old fingerprint
+    return rules
+
+
+def annotate_fingerprint(job: Job) -> str:
+    """Hash of the rules computed, their versions and settings (with the contents of the files they name: a model
+    retrained in place), and of the dedup keys stored: signals made under another one are recomputed. Dedup's
+    bands and rows are not in it: they only regroup stored signatures."""
+    rules = _rule_entries(job)
     keys = [field.name for field in key_fields(job.dedup)]
     if "minhash" in job.dedup.stored_keys():
         minhash = job.dedup.minhash

@@ -1,4 +1,5 @@
-"""The per-input phase: one WARC/WET file through read -> extract -> annotate into `documents/<shard>.parquet`,
+"""The per-input phase: one WARC/WET file through read -> prefilter -> extract -> annotate into
+`documents/<shard>.parquet`,
 or, when only the rules changed, a complete shard re-annotated from its stored documents (no WARC read again)."""
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
 from corpus.stages.dedup import add_dedup_keys, key_fields
 from corpus.stages.extract import extract_documents
+from corpus.stages.prefilter import prefilter_records
 from corpus.stages.read import read_records
 from corpus.stages.schema import DOCUMENTS
 from corpus.text.batch import DocumentBatch
 
-STAGES = ("read", "extract", "annotate")
+STAGES = ("read", "prefilter", "extract", "annotate")
 
 
 def documents_schema(job: Job) -> pa.Schema:
@@ -48,6 +50,8 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     started = time.perf_counter()
     folder = RunFolder(job.output)
     rules = document_rules(job)
+    before_extraction = [rule for rule in rules if rule.name in job.prefilter.rules]
+    prefilter_thresholds = [t for t in job.thresholds if t.rule in job.prefilter.rules]
     totals = {stage: StageCounts(stage) for stage in STAGES}
     with (
         folder.parquet_writer(documents_path(shard.id), documents_schema(job)) as writer,
@@ -56,10 +60,11 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
         read_started = time.perf_counter()
         for records in read_records(stream, shard.source, job.read):
             records.counts.seconds = time.perf_counter() - read_started
-            documents = extract_documents(records.table, job.extract)
+            pages = prefilter_records(records.table, before_extraction, prefilter_thresholds)
+            documents = extract_documents(pages.table, job.extract)
             docs = DocumentBatch.from_table(documents.table.select(DOCUMENTS.names))  # split once for both
             annotated = annotate_documents(documents.table, rules, docs)
-            chain = [records.counts, documents.counts, annotated.counts]
+            chain = [records.counts, pages.counts, documents.counts, annotated.counts]
             check_chain(chain, f"{shard.source}")
             writer.write(add_dedup_keys(annotated.table, job.dedup, docs))
             for counts in chain:

@@ -1,0 +1,57 @@
+"""Prefilter stage: rules that read no text (the URL rules) decide, before extraction, which pages to extract.
+
+Extraction is most of the bill per page; a page a URL blocklist drops anyway need not be extracted. The rules named
+in `[prefilter] rules` are computed on the page records (URL, domain; an empty text) and the job's thresholds for
+them are applied here, with the reasons selection would give (`url.blocked_domain.max`). A page dropped here has
+no stored document: a variant that wants it back needs the crawl extracted again, so a documents run that
+ablates these thresholds leaves `[prefilter]` empty.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
+from corpus.stages.select import Threshold, select_documents
+from pydantic import Field
+
+from corpus.rulebook import Rule
+from corpus.text.batch import DocumentBatch
+
+STAGE = "prefilter"
+
+
+class PrefilterOptions(StageOptions):
+    rules: list[str] = Field(
+        default_factory=list,
+        description="rules that read no text (url), applied with the job's thresholds before extraction",
+    )
+
+
+def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Threshold]) -> StageResult:
+    """The records (schema `RECORDS`) that pass `thresholds` over `rules`' signals; the others dropped by reason."""
+    started = time.perf_counter()
+    if not rules or not records.num_rows:
+        counts = StageCounts(STAGE, received=records.num_rows, kept=records.num_rows)
+        return StageResult(records, counts)
+    docs = DocumentBatch(
+        [""] * records.num_rows,
+        records.column("url").to_pylist(),
+        None,
+        None,
+        records.column("domain").to_pylist(),
+    )
+    columns = {"id": records.column("id")}
+    for rule in rules:
+        signals = rule.compute(docs)
+        for signal in rule.signals:
+            columns[rule.column(signal.name)] = pa.array(signals[signal.name], type=signal.type)
+    selection, _ = select_documents(pa.table(columns), thresholds)
+    kept = selection.table.column("kept").to_numpy(zero_copy_only=False)
+    counts = selection.counts
+    counts.stage = STAGE
+    counts.seconds = time.perf_counter() - started
+    return StageResult(records.filter(pa.array(np.asarray(kept, np.bool_))), counts)

@@ -1,0 +1,128 @@
+"""Dropping before extraction: URL rules on the page records, and the language pre-pass; every record still ends in
+exactly one outcome, and what they drop is what selection would have dropped after extracting."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, write_job
+from corpus.stages.extract import ExtractOptions, extract_documents
+from corpus.stages.schema import RECORDS
+
+from corpus.config.job import JobError, load_job
+from corpus.engine import RunFolder, run_job
+from corpus.sample.generate import SAMPLE_PATH, build_sample
+
+PREPASS_DROPS_ON_THE_SAMPLE = 48
+SAMPLE_RULES = f"""
+[annotate]
+rules = ["url", "language"]
+[rules.url]
+blocklist = "{REPO / "jobs/lists/sample_blocklist.txt"}"
+banned_words = "{REPO / "jobs/lists/sample_banned_words.txt"}"
+"""
+
+
+def run_sample(
+    folder, name: str, extra: str = "", extract: str = 'extractor = "resiliparse"\n'
+) -> tuple[dict, RunFolder]:
+    """The sample through the URL and language rules; `extract`: the lines of its [extract] table."""
+    if not SAMPLE_PATH.exists():
+        build_sample()
+    body = f"[extract]\n{extract}" + SAMPLE_RULES + extra
+    job = load_job(write_job(folder, [str(SAMPLE_PATH)], folder / name, body, name=name))
+    return run_job(job, use_ray=False), RunFolder(str(folder / name))
+
+
+def accounted(stages: dict) -> None:
+    for stage, counts in stages.items():
+        assert counts["received"] == counts["kept"] + sum(counts["dropped"].values()) + sum(counts["errors"].values())
+    order = list(stages)
+    for before, after in zip(order, order[1:]):
+        assert stages[before]["kept"] == stages[after]["received"], (before, after)
+
+
+def kept_ids(folder: RunFolder) -> set[str]:
+    selection = pq.read_table(folder.url + "/selection")
+    return set(selection.filter(selection.column("kept")).column("id").to_pylist())
+
+
+def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path):
+    full_stats, full = run_sample(tmp_path, "full")
+    early_stats, early = run_sample(tmp_path, "early", '[prefilter]\nrules = ["url"]\n')
+    accounted(full_stats["stages"])
+    accounted(early_stats["stages"])
+    assert early_stats["totals"]["unaccounted"] == 0 and early_stats["totals"]["records"] == 880
+
+    url_drops = {r: n for r, n in full_stats["stages"]["select"]["dropped"].items() if r.startswith("url.")}
+    assert url_drops == {"url.blocked_domain.max": 7}  # the sample's two blocklisted hosts
+    assert early_stats["stages"]["prefilter"]["dropped"] == url_drops
+    assert early_stats["stages"]["extract"]["received"] == full_stats["stages"]["extract"]["received"] - 7
+    assert not any(r.startswith("url.") for r in early_stats["stages"]["select"]["dropped"])
+    assert kept_ids(early) == kept_ids(full)
+    stored = set(pq.read_table(early.url + "/documents", columns=["id"]).column("id").to_pylist())
+    full_selection = pq.read_table(full.url + "/selection")
+    blocked = full_selection.filter(pa.compute.equal(full_selection.column("first_failure"), "url.blocked_domain.max"))
+    assert stored.isdisjoint(blocked.column("id").to_pylist())  # never extracted, never stored
+
+
+def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path):
+    # The default extractor (trafilatura) after the pre-pass's resiliparse text: two different texts.
+    full_stats, full = run_sample(tmp_path, "full", extract="")
+    prepass_stats, prepass = run_sample(tmp_path, "prepass", extract='prepass_languages = ["en"]\n')
+    accounted(prepass_stats["stages"])
+    spared = prepass_stats["stages"]["extract"]["dropped"]["language_prepass"]
+    assert spared == PREPASS_DROPS_ON_THE_SAMPLE
+    assert full_stats["stages"]["select"]["dropped"]["language.allowed.min"] >= spared
+    assert kept_ids(prepass) == kept_ids(full)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('[prefilter]\nrules = ["language"]\n', "rule 'language' reads the text, which only exists after extraction"),
+        ('[prefilter]\nrules = ["ur"]\n', "unknown rule 'ur' (did you mean 'url'?)"),
+        ('[prefilter]\nrules = ["url"]\n[select]\nrules = ["language"]\n', "rule 'url' is not selected on"),
+        (
+            '[prefilter]\nrules = ["url"]\n[select.url]\nsoft_banned_words.max_quantile = 0.9\n',
+            "a quantile threshold needs the whole corpus",
+        ),
+    ],
+)
+def test_prefilter_refuses_what_cannot_run_before_extraction(tmp_path, extra, message):
+    path = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", SAMPLE_RULES + extra)
+    with pytest.raises(JobError, match=re.escape(message)) as caught:
+        load_job(path)
+    assert str(path) in str(caught.value)
+
+
+def page_records(pages: list[tuple[str, str]]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [
+            {
+                "id": name,
+                "source": "pages",
+                "offset": i,
+                "kind": "html",
+                "http_charset": "utf-8",
+                "payload": html.encode(),
+                "url": f"https://{name}.example/",
+            }
+            for i, (name, html) in enumerate(pages)
+        ],
+        schema=RECORDS,
+    )
+
+
+def test_the_pre_pass_drops_a_page_in_another_language_before_extracting_it():
+    english = "<html><body><article><p>" + "The farmers brought their vegetables to the market. " * 8
+    german = "<html><body><article><p>" + "Die Bauern brachten ihr Gemüse auf den Wochenmarkt. " * 8
+    records = page_records([("en", english + "</p></article></body></html>"), ("de", german + "</p></article>")])
+    result = extract_documents(records, ExtractOptions(prepass_languages=["en"]))
+    assert result.table.column("id").to_pylist() == ["en"]
+    assert result.counts.dropped == {"language_prepass": 1} and result.counts.unaccounted == 0
+    both = extract_documents(records, ExtractOptions())
+    assert both.table.column("lang").to_pylist() == ["en", "de"]
