@@ -38,10 +38,10 @@ def run_sample(
 
 
 def accounted(stages: dict) -> None:
-    for stage, counts in stages.items():
+    for counts in stages.values():
         assert counts["received"] == counts["kept"] + sum(counts["dropped"].values()) + sum(counts["errors"].values())
     order = list(stages)
-    for before, after in zip(order, order[1:]):
+    for before, after in zip(order, order[1:], strict=False):
         assert stages[before]["kept"] == stages[after]["received"], (before, after)
 
 
