@@ -2,7 +2,8 @@
 
 1. Prefix: lid.176's top language from a text's first N characters against its language from the whole text, on
    the Universal Declaration of Human Rights (~380 languages and scripts, whole documents) and on every page of the
-   shared WARCs and HTML sets (main text by the default extractor). Agreement and ms per text, per N.
+   shared WARCs and HTML sets (main text by the default extractor). Per N: agreement of the top language, of a
+   one-language job's keep decision (en at score >= 0.65), and ms per text.
 2. Pre-pass: a job keeping one language (FineWeb: English at lid score >= 0.65 on the extracted text) drops pages
    whose quick resiliparse text is identified as another language with score >= `prepass_min_score`, before the
    expensive extractor runs. Over the same pages: the share of the pages the full path keeps that the pre-pass
@@ -49,24 +50,27 @@ def shared_pages(shared: Path) -> list[tuple[str, str | None]]:
     return pages
 
 
-def prefix_agreement(texts: list[str], label: str) -> None:
+def prefix_agreement(texts: list[str], label: str, language: str, min_score: float) -> None:
+    """Per prefix length: the top language's agreement with the whole text's, and the agreement of the keep
+    decision a one-language job makes (`language` at score >= `min_score`)."""
     from corpus.stages.extract import LanguageIdentifier
 
     full = LanguageIdentifier(max_chars=10**9)
-    truth = [full(text)[0] for text in texts]
+    started = time.perf_counter()
+    truth = [full(text) for text in texts]
+    full_ms = (time.perf_counter() - started) * 1000 / len(texts)
+    keeps = [lang == language and (score or 0.0) >= min_score for lang, score in truth]
     mean_chars = sum(map(len, texts)) / len(texts)
     for prefix in PREFIXES:
         identify = LanguageIdentifier(max_chars=prefix)
         started = time.perf_counter()
-        guesses = [identify(text)[0] for text in texts]
+        guesses = [identify(text) for text in texts]
         ms = (time.perf_counter() - started) * 1000 / len(texts)
-        agree = sum(g == t for g, t in zip(guesses, truth, strict=True)) / len(texts)
-        print(f"{label:<34}{len(texts):>6}{mean_chars:>11,.0f}{prefix:>8,}{agree:>10.2%}{ms:>9.3f}")
-    started = time.perf_counter()
-    for text in texts:
-        full(text)
-    ms = (time.perf_counter() - started) * 1000 / len(texts)
-    print(f"{label:<34}{len(texts):>6}{mean_chars:>11,.0f}{'all':>8}{1:>10.2%}{ms:>9.3f}")
+        agree = sum(g[0] == t[0] for g, t in zip(guesses, truth, strict=True)) / len(texts)
+        decided = [lang == language and (score or 0.0) >= min_score for lang, score in guesses]
+        same = sum(d == k for d, k in zip(decided, keeps, strict=True)) / len(texts)
+        print(f"{label:<34}{len(texts):>6}{mean_chars:>11,.0f}{prefix:>8,}{agree:>10.2%}{same:>10.2%}{ms:>9.3f}")
+    print(f"{label:<34}{len(texts):>6}{mean_chars:>11,.0f}{'all':>8}{1:>10.2%}{1:>10.2%}{full_ms:>9.3f}")
 
 
 def main() -> None:
@@ -82,9 +86,10 @@ def main() -> None:
     texts = [main_text(extractor, html, url).strip() for html, url in pages]
     quick = [resiliparse_text(html) for html, _ in pages]
 
-    print(f"{'texts':<34}{'count':>6}{'mean chars':>11}{'prefix':>8}{'agree':>10}{'ms/text':>9}")
-    prefix_agreement(udhr_texts(args.shared), "UDHR, whole documents")
-    prefix_agreement([t for t in texts if t], f"shared pages, {extractor} text")
+    keep = f"{args.language}>={args.min_score:g}"
+    print(f"{'texts':<34}{'count':>6}{'mean chars':>11}{'prefix':>8}{'top lang':>10}{keep:>10}{'ms/text':>9}")
+    prefix_agreement(udhr_texts(args.shared), "UDHR, whole documents", args.language, args.min_score)
+    prefix_agreement([t for t in texts if t], f"shared pages, {extractor} text", args.language, args.min_score)
 
     identify = LanguageIdentifier(max_chars=ExtractOptions().lid_max_chars)
     full_keeps = [

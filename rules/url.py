@@ -23,7 +23,7 @@ import pyarrow as pa
 from numba import njit
 
 from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, Span, register
-from corpus.text.batch import FNV_OFFSET, FNV_PRIME, DocumentBatch, stable_hashes
+from corpus.text.batch import FNV_OFFSET, FNV_PRIME, DocumentBatch, sorted_unique, stable_hashes
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 
@@ -54,24 +54,30 @@ def _hash_lines(data):
     return out[:count]
 
 
-def _read_list(path: str, member: str) -> bytes:
-    """A list file, or one member ('domains', 'urls') of a UT1 tarball."""
-    if path.endswith((".tar.gz", ".tgz", ".tar")):
-        with tarfile.open(path) as tar:
-            for info in tar:
-                if info.name.rsplit("/", 1)[-1] == member:
-                    return tar.extractfile(info).read()
-        raise ValueError(f"{path} has no member named {member!r}")
-    with open(path, "rb") as fh:
-        return fh.read()
+def _hash_bytes(data: bytes) -> np.ndarray:
+    return sorted_unique(_hash_lines(np.frombuffer(data, np.uint8)))
+
+
+@cache
+def _hashed_tar_members(path: str) -> dict[str, np.ndarray]:
+    """Each member of a UT1 tarball ('domains', 'urls'), hashed, from one pass over the archive."""
+    with tarfile.open(path) as tar:
+        files = [member for member in tar.getmembers() if member.isfile()]
+        return {member.name.rsplit("/", 1)[-1]: _hash_bytes(tar.extractfile(member).read()) for member in files}
 
 
 @cache
 def hashed_list(path: str, member: str) -> np.ndarray:
-    """Sorted unique hashes of a list's lines, once per worker process."""
+    """Sorted unique hashes of a list's lines (or of one member of a UT1 tarball), once per worker process."""
     if not path:
         return np.empty(0, np.uint64)
-    return np.unique(_hash_lines(np.frombuffer(_read_list(path, member), np.uint8)))
+    if path.endswith((".tar.gz", ".tgz", ".tar")):
+        members = _hashed_tar_members(path)
+        if member not in members:
+            raise ValueError(f"{path} has no member named {member!r} (members: {', '.join(sorted(members))})")
+        return members[member]
+    with open(path, "rb") as fh:
+        return _hash_bytes(fh.read())
 
 
 @cache
@@ -158,7 +164,7 @@ class Url(Rule):
         o = self.options
         domains = hashed_list(o.blocklist, "domains")
         urls = hashed_list(*self._url_list_source())
-        dropped = np.unique(stable_hashes([d.lower() for d in o.drop_domains]))
+        dropped = sorted_unique(stable_hashes([d.lower() for d in o.drop_domains]))
         banned, soft, subwords = (
             word_list(o.banned_words),
             word_list(o.soft_banned_words),

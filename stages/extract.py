@@ -110,7 +110,7 @@ EXTRACTORS = {
 def resiliparse_text(html: str) -> str:
     from resiliparse.extract.html2text import extract_plain_text
 
-    return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False)
+    return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False).strip()
 
 
 def trafilatura_text(html: str, url: str | None, favor_precision: bool) -> str | None:
@@ -153,16 +153,20 @@ class PageExtractor:
             text, charset = payload.decode("utf-8", "replace").strip(), "utf-8"
         else:
             html, charset = decode_html(payload, http_charset)
-            quick_text = None
+            quick_text = quick_language = None
             if self.prepass:
                 quick_text = resiliparse_text(html)
-                lang, score = self.identify(quick_text)
-                if lang not in self.prepass and score >= settings["prepass_min_score"]:
+                quick_language = self.identify(quick_text)
+                lang, score = quick_language
+                if lang not in self.prepass and (score or 0.0) >= settings["prepass_min_score"]:
                     return (PREPASS_DROP,)
-            text = main_text(settings["extractor"], html, url, quick_text).strip()
+            text = main_text(settings["extractor"], html, url, quick_text)
+            if text is not quick_text:
+                quick_language = None  # another text than the pre-pass identified
+            text = text.strip()
         if len(text) < settings["min_text_chars"]:
             return (EMPTY_DROP,)
-        return ("ok", text, charset, *self.identify(text))
+        return ("ok", text, charset, *(quick_language or self.identify(text)))
 
 
 # ---------------------------------------------------------------- language identification

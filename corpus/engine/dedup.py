@@ -51,7 +51,7 @@ from corpus.stages.dedup_graph import (
     unique_edges,
 )
 from corpus.stages.select import SELECTION
-from corpus.text.batch import DocumentBatch
+from corpus.text.batch import DocumentBatch, sorted_unique
 
 MAX_STAR_ROUNDS = 200
 PARTITION_ROWS = 4_000_000  # shuffle rows per partition: ~200 MB of edges and nodes in a star-round task
@@ -182,7 +182,7 @@ def roots_partition(job: Job, task: Task, context: Context) -> dict:
     ordinal = (components.column("ref").to_numpy() >> np.int64(32)).astype(np.int64)
     shard_ids = planned_shard_ids(folder, task.param("plan"))
     _write_partitioned(folder, dedup_path(step, "components"), str(q), components, ordinal, shard_ids)
-    return {"id": task.id, "components": int(len(np.unique(components.column("root").to_numpy())))}
+    return {"id": task.id, "components": int(len(sorted_unique(components.column("root").to_numpy())))}
 
 
 @kind("dedup_decide")

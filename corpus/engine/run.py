@@ -127,6 +127,19 @@ def _stored_reports(plan: Plan) -> dict[str, dict]:
     return reports
 
 
+class PhaseClock:
+    """Wall seconds of each phase of a run, lap by lap."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = round(now - self._last, 4)
+        self._last = now
+
+
 def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
     """Run (or resume) a job; returns its stats, also written to `stats.json` in the output folder."""
     folder = RunFolder(job.output)
@@ -139,6 +152,7 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
 
 def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
     started = time.perf_counter()
+    clock = PhaseClock()
     folder.remove_temporaries()
     plan = make_plan(job)
     options = plan.options
@@ -148,6 +162,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         folder.write_bytes("job.toml", fh.read())
 
     stored = _stored_reports(plan)
+    clock.lap("plan")
     key = shard_key(options)
     work = [shard_task(shard, key, stored.get(shard.id)) for shard in plan.shards
             if stored.get(shard.id, {}).get("key") != key]  # fmt: skip
@@ -169,6 +184,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         extracted = run_phase(extractor, options, work, failed, finished)
     finally:
         progress.close()
+    clock.lap("extract")
 
     # Complete shards: those stored with this job's key, and those just made (a shard that failed has neither).
     reports = {shard_id: {**report, "skipped": True} for shard_id, report in stored.items() if report.get("key") == key}
@@ -188,6 +204,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         done = run_phase(runner, options, [t for t in signals if t.param("bucket") in ready], failed)
         shards = [shard for shard in shards if shard.id in done]
         corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
+        clock.lap("corpus rules")
 
     thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
     selecting = options.model_copy(update={"thresholds": tuple(thresholds)})
@@ -195,6 +212,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
     selections = run_phase(runner, selecting, selects, failed)
     shards = [shard for shard in shards if shard.id in selections]
     selection_keys = {task.id: task.key for task in selects}
+    clock.lap("select")
 
     if options.dedup.steps and shards:
         select_keys = [selection_keys[shard.id] for shard in shards]
@@ -206,6 +224,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
         else:
             selections = {}
         shards = [shard for shard in shards if shard.id in selections]
+        clock.lap("dedup")
 
     tokenized = None
     if options.tokenize.tokenizer:
@@ -221,10 +240,12 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
             if not bucket_failed:
                 folder.remove("tokens/buckets")  # merged into token shards; a rerun's tasks are done by their markers
         tokens_phase.write_token_manifest(selecting, list(tokenized.values()), thresholds)
+        clock.lap("tokenize")
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
     stats = summarize(options, ordered, selections, failed, time.perf_counter() - started, thresholds, tokenized)
     stats["runners"] = {"extract": extractor.name, "select onwards": runner.name}  # where the phases ran
+    stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where
     folder.write_json(STATS, stats)
     folder.write_json(
         MANIFEST,

@@ -41,9 +41,9 @@ def decontaminate(documents: Job, scored_texts: dict[str, list[str]], tokenizer,
     """Per stored document, in one pass over the texts: its id, its tokens (of the extracted text and a separator,
     for the variants' counts) and, per reference set or task, how many of its n-grams the set holds."""
     from corpus.stages.dedup import shingle_hashes
-    from corpus.text.batch import DocumentBatch
+    from corpus.text.batch import DocumentBatch, sorted_unique
 
-    sets = {name: np.unique(shingle_hashes(DocumentBatch(texts), ngram)[1]) for name, texts in scored_texts.items()}
+    sets = {name: sorted_unique(shingle_hashes(DocumentBatch(texts), ngram)[1]) for name, texts in scored_texts.items()}
     parts = []
     for table in document_batches(documents, ["id", "text"]):
         texts = table.column("text").to_pylist()

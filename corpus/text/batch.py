@@ -45,6 +45,13 @@ def _fnv1a_spans(data, offsets):
     return out
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` by a sort: numpy 2.4's `np.unique` de-duplicates through a hash table first, ~30x slower
+    on millions of distinct 64-bit values (5 s for a 4.5M-domain blocklist)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
+
+
 def stable_hashes(values: list[str]) -> np.ndarray:
     """64-bit FNV-1a of each string's UTF-8 bytes: the same in every process and run (unlike `hash`)."""
     encoded = [value.encode() for value in values]

