@@ -126,3 +126,21 @@ def test_the_pre_pass_drops_a_page_in_another_language_before_extracting_it():
     assert result.counts.dropped == {"language_prepass": 1} and result.counts.unaccounted == 0
     both = extract_documents(records, ExtractOptions())
     assert both.table.column("lang").to_pylist() == ["en", "de"]
+
+
+def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extraction(tmp_path):
+    from corpus.config.ablation import load_ablation
+
+    prefilter = '[prefilter]\nrules = ["url"]\n'
+    documents = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "docs", SAMPLE_RULES + prefilter)
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text('{"text": "A held-out sentence about rivers and the towns along them."}\n')
+    ablation = tmp_path / "ablation.toml"
+    common = f'name = "a"\ndocuments = "{documents.name}"\noutput = "out"\n[train]\ntokens = 1000\n'
+    common += f'[[references]]\nname = "h"\npath = "{heldout}"\n'
+    ablation.write_text(common + '[variants]\nauto = "leave_one_out"\n')
+    assert sorted(load_ablation(ablation).variants) == ["all", "without_language"]  # no without_url
+    for variant in ("select = { rules = [] }", "select = { url = { soft_banned_words = { max = 3 } } }"):
+        ablation.write_text(common + f"[variants.loose]\n{variant}\n")
+        with pytest.raises(JobError, match=r"variant 'loose' changes the selection of url, which test.toml applies"):
+            load_ablation(ablation)

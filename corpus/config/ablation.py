@@ -159,13 +159,19 @@ def _merged(base: dict, override: dict) -> dict:
     return merged
 
 
+def _touches(select: dict, rule: str) -> bool:
+    """Whether a variant's `select` changes anything of `rule`: its thresholds, or leaves it out of its list."""
+    return rule in select or ("rules" in select and rule not in select["rules"])
+
+
 def selection_units(documents: Job) -> list[tuple[str, str]]:
     """What a selection over `documents` can switch on or off, as (kind, name): each rule with thresholds, each
     stored dedup key, each computed modifier, in the job's order."""
     from corpus.rulebook import discover
 
     registry = discover()
-    rules = list(dict.fromkeys(threshold.rule for threshold in documents.thresholds))
+    before_extraction = set(documents.prefilter.rules)  # what they drop was never extracted: not a choice here
+    rules = list(dict.fromkeys(t.rule for t in documents.thresholds if t.rule not in before_extraction))
     modifiers = [name for name, _ in documents.rule_settings if registry[name].rewrites_text()]
     return (
         [("rule", name) for name in rules]
@@ -186,7 +192,7 @@ def generated_variants(kind: str, documents: Job) -> tuple[dict[str, VariantOpti
     def variant(chosen: list[tuple[str, str]], description: str) -> VariantOptions:
         return VariantOptions(
             description=description,
-            select={"rules": [name for k, name in chosen if k == "rule"]},
+            select={"rules": [*documents.prefilter.rules, *(name for k, name in chosen if k == "rule")]},
             dedup={"steps": [name for k, name in chosen if k == "dedup"]},
             modifiers=[name for k, name in chosen if k == "modifier"],
         )
@@ -281,6 +287,14 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
             raise JobError(
                 f"{path}: key 'variants.{name}.modifiers': {unknown} are not modifiers the documents job computes "
                 f"(it computes: {', '.join(modifiers) or 'none'})"
+            )
+        prefiltered = [rule for rule in documents.prefilter.rules if _touches(variant.select, rule)]
+        if prefiltered:
+            raise JobError(
+                f"{path}: variant '{name}' changes the selection of {', '.join(prefiltered)}, which "
+                f"{documents_path.name} applies before extraction ([prefilter] rules): the pages it drops were never "
+                f"extracted, so no variant can have them back; to ablate it, empty [prefilter] rules in "
+                f"{documents_path.name} and run the documents job again"
             )
         data = copy.deepcopy(base_data)
         data["name"] = f"{spec.name}/{name}"
