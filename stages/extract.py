@@ -128,12 +128,35 @@ def trafilatura_text(html: str, url: str | None, favor_precision: bool) -> str |
     )
 
 
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9:-]*)[^>]*?(/?)>")
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+_FALLBACK_MAX_DEPTH = 2_000  # resiliparse's time grows with nesting depth^2.3: 0.1 s at 2,000, 25 s at 20,000
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffd]")
+
+
+def _fallback_worthwhile(html: str) -> bool:
+    """Whether resiliparse may try a page trafilatura found nothing in: text (not binary bytes labelled HTML,
+    whose characters resiliparse would keep), nested shallowly enough for it to finish."""
+    sample = html[:20_000]
+    if len(_CONTROL.findall(sample)) > len(sample) // 100:
+        return False
+    depth = deepest = 0
+    for closing, name, self_closing in _TAG.findall(html):
+        if name.lower() in _VOID or self_closing:
+            continue
+        depth += -1 if closing else 1
+        deepest = max(deepest, depth)
+        if deepest > _FALLBACK_MAX_DEPTH:
+            return False
+    return True
+
+
 def main_text(extractor: str, html: str, url: str | None, quick_text: str | None = None) -> str:
     """The main text of a page by one of `EXTRACTORS`; `quick_text`: resiliparse's text when already made."""
     if extractor == "resiliparse":
         return quick_text if quick_text is not None else resiliparse_text(html)
     text = (trafilatura_text(html, url, favor_precision=extractor == "trafilatura_fineweb") or "").strip()
-    if not text and extractor == "trafilatura":
+    if not text and extractor == "trafilatura" and (quick_text is not None or _fallback_worthwhile(html)):
         return quick_text if quick_text is not None else resiliparse_text(html)
     return text
 
@@ -149,11 +172,12 @@ class PageExtractor:
 
     def __call__(self, kind: str, payload: bytes, http_charset: str | None, url: str | None) -> tuple:
         settings = self.settings
+        quick_language = None  # the pre-pass's language, when its text is the document's
         if kind == "text":  # a WET record: already text
             text, charset = payload.decode("utf-8", "replace").strip(), "utf-8"
         else:
             html, charset = decode_html(payload, http_charset)
-            quick_text = quick_language = None
+            quick_text = None
             if self.prepass:
                 quick_text = resiliparse_text(html)
                 quick_language = self.identify(quick_text)

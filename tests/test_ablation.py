@@ -99,9 +99,9 @@ def _losses(table: pa.Table, run: str) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
 
 
-# The micro ablation's budget reads `all` ~0.1 times and `filtered` ~0.2 times: a pass limit between them makes
+# The micro ablation's budget reads `all` ~0.1 times and `filtered` ~0.15 times: a pass limit between them makes
 # `filtered` data-limited (the mechanism under test; real ablations keep the default of 4).
-MAX_PASSES = 0.15
+MAX_PASSES = 0.125
 
 
 @pytest.fixture(scope="module")
@@ -475,7 +475,7 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     for header in ("metric", "variant", "passes", "mean ± std", "Δ", "interval", "verdict", "SNR"):
         assert header in out, header
     lines = [line for line in out.splitlines() if "filtered" in line and "downstream.bits_per_byte" in line]
-    assert len(lines) == 1 and "data-limited" in lines[0] and "passes > 0.15" in lines[0]
+    assert len(lines) == 1 and "data-limited" in lines[0] and "passes > 0.125" in lines[0]
     assert "heldout.bits_per_byte" in out and "arc_easy" not in out.split("signal-to-noise")[0]
     assert "data-limited (more passes over their tokens than allowed" in out
     # A ladder: the report has a model column and says whether the sizes rank the variants alike.

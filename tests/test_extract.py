@@ -190,3 +190,11 @@ def test_the_default_mode_falls_back_to_resiliparse_where_trafilatura_finds_noth
     monkeypatch.setattr(extract, "trafilatura_text", lambda html, url, favor_precision: None)
     assert extract.main_text("trafilatura", QUICK_PAGE, None).startswith("A short article about gardening")
     assert extract.main_text("trafilatura_fineweb", QUICK_PAGE, None) == ""  # FineWeb's mode: nothing is nothing
+    # No fallback for bytes that are not text, nor for nesting resiliparse would take minutes over (it gives
+    # "deep text" for this page, in about a second per 3,000 levels and superlinearly more past them).
+    binary, _ = decode_html(bytes(range(256)) * 40, None)
+    assert extract.resiliparse_text(binary) != "" and extract.main_text("trafilatura", binary, None) == ""
+    deep = "<html><body>" + "<div>" * 3000 + "deep text" + "</div>" * 3000 + "</body></html>"
+    assert extract.main_text("trafilatura", deep, None) == ""
+    shallow = deep.replace("<div>" * 3000, "<div>" * 30).replace("</div>" * 3000, "</div>" * 30)
+    assert extract.main_text("trafilatura", shallow, None) == "deep text"

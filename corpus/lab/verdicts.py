@@ -91,7 +91,7 @@ def training_data(row: dict) -> tuple:
 def limited_by(score: dict) -> str | None:
     """Why a variant's score on a metric cannot be judged: too many passes, or a metric that turned up."""
     if score["passes"] > score["max_passes"]:
-        return f"{score['passes']:.1f} passes > {score['max_passes']:g}"
+        return f"{score['passes']:.3g} passes > {score['max_passes']:g}"
     return "turned up (overfit)" if score["turned_up"] else None
 
 
