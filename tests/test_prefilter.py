@@ -144,3 +144,15 @@ def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extractio
         ablation.write_text(common + f"[variants.loose]\n{variant}\n")
         with pytest.raises(JobError, match=r"variant 'loose' changes the selection of url, which test.toml applies"):
             load_ablation(ablation)
+
+
+def test_what_runs_before_extraction_is_part_of_the_shard_fingerprint(tmp_path):
+    from corpus.engine.keys import fingerprint
+
+    def job_with(extra: str):
+        return load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", SAMPLE_RULES + extra))
+
+    plain, early = job_with(""), job_with('[prefilter]\nrules = ["url"]\n')
+    stricter = job_with('[prefilter]\nrules = ["url"]\n[select.url]\nsoft_banned_words.max = 0\n')
+    assert len({fingerprint(plain), fingerprint(early), fingerprint(stricter)}) == 3  # each re-extracts
+    assert fingerprint(job_with("[select.language]\nscore.min = 0.9\n")) == fingerprint(plain)  # only re-selects
