@@ -17,6 +17,7 @@ Each side runs as its own process pinned to one core; its whole wall time (inter
 input's HTML pages is its ms per page. "Extraction alone" is the extractor in a plain loop over pre-decoded
 pages: the floor of any pipeline. Both sides use the same lid.176 model file and tokenizer file.
 
+    pip install -e ".[parity]"   # datatrove and its WARC reader's dependencies
     python benchmarks/fineweb_recipe.py [--copies 15] [--extractors trafilatura resiliparse] [--no-ray-only]
 """
 
