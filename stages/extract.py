@@ -20,7 +20,7 @@ import re
 import time
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -34,8 +34,15 @@ EMPTY_DROP = "empty_text"
 PREPASS_DROP = "language_prepass"
 
 
+# trafilatura: its balanced settings without comments, resiliparse's text where it finds none (the default, by
+# benchmarks/extraction_quality.py); trafilatura_fineweb: as FineWeb ran it (favor_precision, no comments), for
+# parity; resiliparse: its main-content extraction, ~12x faster than trafilatura.
+Extractor = Literal["trafilatura", "trafilatura_fineweb", "resiliparse"]
+EXTRACTORS: tuple[str, ...] = get_args(Extractor)
+
+
 class ExtractOptions(StageOptions):
-    extractor: Literal["trafilatura", "trafilatura_fineweb", "resiliparse"] = "trafilatura"
+    extractor: Extractor = "trafilatura"
     timeout_s: float = Field(30.0, gt=0, description="per-document limit; slower pages count as extract_timeout")
     memory_limit_mb: int = Field(2048, ge=256, description="address-space limit of the extractor process")
     min_text_chars: int = Field(1, ge=1, description="shorter extracted texts are dropped as empty_text")
@@ -99,12 +106,6 @@ def decode_html(payload: bytes, http_charset: str | None) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------- main text (runs in the extractor process)
-
-EXTRACTORS = {
-    "trafilatura": "trafilatura's balanced settings without comments; resiliparse's text where it finds none",
-    "trafilatura_fineweb": "trafilatura as FineWeb ran it (favor_precision, no comments): for parity with FineWeb",
-    "resiliparse": "resiliparse's main-content extraction: about 12x faster than trafilatura",
-}
 
 
 def resiliparse_text(html: str) -> str:
