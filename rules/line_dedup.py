@@ -2,7 +2,8 @@
 
 Llama 3 (Dubey et al. 2024, section 3.1.1): "we remove lines that appeared more than 6 times in each bucket of
 30M documents", after CCNet (Wenzek et al. 2020, section 3.2), which hashes normalised lines (lower case, digits
-as 0) across a shard of documents. The first pass counts, per normalised line, the documents that contain it
+as 0) across a shard of documents; `normalise = false` compares lines character for character (surrounding
+whitespace aside). The first pass counts, per normalised line, the documents that contain it
 (summed over all shards: the bucket is the run); the second gives each document the lines it would lose and
 their share of its characters. `remove_repeated_lines` is the modifier that cuts them (the tokenize stage applies
 it to the text it writes). Select on the share, e.g.
@@ -22,9 +23,9 @@ from corpus.text.words import DIGIT, FNV_OFFSET, FNV_PRIME, SPACE, character_cla
 
 
 @njit(cache=True)
-def _line_hashes(points, text_offsets, flags, lower):
-    """Per text (CSR offsets): each non-blank line's hash (stripped, lower-cased, digits as 0) and its characters
-    with its newline."""
+def _line_hashes(points, text_offsets, flags, lower, normalise):
+    """Per text (CSR offsets): each non-blank line's hash (stripped; when `normalise`, lower-cased with digits as
+    0) and its characters with its newline."""
     offsets = np.zeros(len(text_offsets), np.int64)
     hashes = np.empty(len(points) + len(text_offsets), np.uint64)
     sizes = np.empty(len(points) + len(text_offsets), np.int64)
@@ -44,7 +45,12 @@ def _line_hashes(points, text_offsets, flags, lower):
             if last > first:
                 h = FNV_OFFSET
                 for i in range(first, last):
-                    c = np.uint64(48) if flags[points[i]] & DIGIT else np.uint64(lower[points[i]])
+                    if not normalise:
+                        c = np.uint64(points[i])
+                    elif flags[points[i]] & DIGIT:
+                        c = np.uint64(48)
+                    else:
+                        c = np.uint64(lower[points[i]])
                     h = (h ^ c) * FNV_PRIME
                 hashes[n] = h
                 sizes[n] = min(stop + 1, end) - line
@@ -54,15 +60,15 @@ def _line_hashes(points, text_offsets, flags, lower):
     return offsets, hashes[:n], sizes[:n]
 
 
-def line_hashes(docs: DocumentBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(CSR offsets per document, hash of each non-blank normalised line, its characters with its newline)."""
-    return _line_hashes(*docs.code_points, character_classes(), lower_case_table())
+def line_hashes(docs: DocumentBatch, normalise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CSR offsets per document, hash of each non-blank line, its characters with its newline)."""
+    return _line_hashes(*docs.code_points, character_classes(), lower_case_table(), normalise)
 
 
-def remove_repeated_lines(texts: list[str], repeated: np.ndarray) -> list[str]:
+def remove_repeated_lines(texts: list[str], repeated: np.ndarray, normalise: bool = True) -> list[str]:
     """The modifier: each text without its lines whose hash is in `repeated` (blank lines stay). The lines of the
     whole batch are hashed in one kernel call."""
-    offsets, hashes, _ = line_hashes(DocumentBatch(texts))
+    offsets, hashes, _ = line_hashes(DocumentBatch(texts), normalise)
     cut = np.isin(hashes, repeated)
     out = []
     for text, first, last in zip(texts, offsets[:-1], offsets[1:], strict=True):
@@ -87,6 +93,7 @@ class LineDedup(CorpusRule):
 
     class Options(RuleOptions):
         max_copies: int = 6  # a line in more documents than this is removed
+        normalise: bool = True  # lines compare lower-cased with digits as 0 (CCNet); false: character for character
 
     name = "line_dedup"
     signals = (
@@ -99,7 +106,7 @@ class LineDedup(CorpusRule):
 
     def accumulate(self, docs: DocumentBatch) -> pa.Table:
         """Each line hash and the documents containing it."""
-        offsets, hashes, _ = line_hashes(docs)
+        offsets, hashes, _ = line_hashes(docs, self.options.normalise)
         document = np.repeat(np.arange(len(docs), dtype=np.uint64), np.diff(offsets))
         pairs = np.unique(np.stack([document, hashes], axis=1), axis=0)  # a document counts a line once
         lines, documents = np.unique(pairs[:, 1], return_counts=True)
@@ -109,11 +116,11 @@ class LineDedup(CorpusRule):
         return summary.filter(pc.greater(summary.column("documents"), self.options.max_copies))
 
     def modify_texts(self, texts: list[str], summary: pa.Table) -> list[str]:
-        return remove_repeated_lines(texts, summary.column("line").to_numpy())
+        return remove_repeated_lines(texts, summary.column("line").to_numpy(), self.options.normalise)
 
     def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict:
         repeated_hashes = summary.column("line").to_numpy()
-        offsets, hashes, sizes = line_hashes(docs)
+        offsets, hashes, sizes = line_hashes(docs, self.options.normalise)
         removed = np.isin(hashes, repeated_hashes)
         counts = np.add.reduceat(np.r_[removed, 0].astype(np.int64), offsets[:-1]) * (np.diff(offsets) > 0)
         chars = np.add.reduceat(np.r_[sizes * removed, 0], offsets[:-1]) * (np.diff(offsets) > 0)

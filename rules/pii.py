@@ -9,42 +9,27 @@ and the tokens trained on never see them. No default threshold: a job can drop d
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rulebook import Rule, Signal, Span, register
+from corpus.rulebook import Rule, RuleOptions, Signal, Span, register
 from corpus.text.batch import DocumentBatch
 from corpus.text.words import DIGIT, character_classes
 
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+# Not inside a longer dotted number on either side; a full stop ending the sentence is not part of one.
 IP_ADDRESS = re.compile(
-    r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.])"
+    r"(?<!\d)(?<!\d\.)(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\.?\d)"
 )
 PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)|\d{3})[ .-]?\d{3}[ .-]\d{4}(?!\w)")
-PLACEHOLDERS = (
-    ("emails", EMAIL, "<EMAIL>"),
-    ("ip_addresses", IP_ADDRESS, "<IP_ADDRESS>"),
-    ("phones", PHONE, "<PHONE>"),
-)
-
-
-def _is_ip(address: str) -> bool:
-    return all(int(octet) <= 255 and (octet == "0" or not octet.startswith("0")) for octet in address.split("."))
-
-
-def _mask_ips(text: str) -> tuple[str, int]:
-    found = 0
-
-    def mask(match: re.Match) -> str:
-        nonlocal found
-        if _is_ip(match.group()):
-            found += 1
-            return "<IP_ADDRESS>"
-        return match.group()
-
-    return IP_ADDRESS.sub(mask, text), found
+PiiKind = Literal["email", "phone", "ip"]
+KINDS: tuple[PiiKind, ...] = get_args(PiiKind)
+PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "ip": "<IP_ADDRESS>"}
+PATTERNS = {"email": EMAIL, "phone": PHONE, "ip": IP_ADDRESS}
+SIGNAL_OF = {"email": "emails", "phone": "phones", "ip": "ip_addresses"}
 
 
 @njit(cache=True)
@@ -79,19 +64,25 @@ def _may_hold(points, text_offsets, flags):
     return phone, ip
 
 
-def mask_pii(docs: DocumentBatch) -> tuple[dict[str, np.ndarray], list[str]]:
-    """(counts of e-mails, IP addresses and phones per text, the texts with each replaced by its placeholder)."""
+def mask_pii(docs: DocumentBatch, kinds: tuple[PiiKind, ...] = KINDS) -> tuple[dict[str, np.ndarray], list[str]]:
+    """(counts of every kind per text as `emails`, `phones`, `ip_addresses`; the texts with the given `kinds`
+    replaced by their placeholders). E-mails are found first, so an address's digits never count as a phone."""
     points, text_offsets = docs.code_points
     may_hold_phone, may_hold_ip = _may_hold(points, text_offsets, character_classes())
-    counts = {name: np.zeros(len(docs), np.int32) for name, _, _ in PLACEHOLDERS}
+    counts = {SIGNAL_OF[kind]: np.zeros(len(docs), np.int32) for kind in KINDS}
     masked = []
     for i, text in enumerate(docs.texts):
-        if "@" in text:
-            text, counts["emails"][i] = EMAIL.subn("<EMAIL>", text)
-        if may_hold_ip[i]:
-            text, counts["ip_addresses"][i] = _mask_ips(text)
-        if may_hold_phone[i]:
-            text, counts["phones"][i] = PHONE.subn("<PHONE>", text)
+        candidates = {"email": "@" in text, "ip": may_hold_ip[i], "phone": may_hold_phone[i]}
+        found = text
+        for kind in ("email", "ip", "phone"):
+            if candidates[kind]:
+                found, counts[SIGNAL_OF[kind]][i] = PATTERNS[kind].subn(PLACEHOLDERS[kind], found)
+        if set(kinds) == set(KINDS):
+            masked.append(found)
+            continue
+        for kind in ("email", "ip", "phone"):
+            if kind in kinds and counts[SIGNAL_OF[kind]][i]:
+                text = PATTERNS[kind].sub(PLACEHOLDERS[kind], text)
         masked.append(text)
     return counts, masked
 
@@ -100,7 +91,11 @@ def mask_pii(docs: DocumentBatch) -> tuple[dict[str, np.ndarray], list[str]]:
 class Pii(Rule):
     """E-mail addresses, phone numbers and IP addresses: counts, and masked by fixed placeholders (modifier)."""
 
+    class Options(RuleOptions):
+        mask: list[PiiKind] = list(KINDS)  # the kinds replaced by placeholders; all three are counted
+
     name = "pii"
+    version = 2  # v2: an IP address before a full stop counts
     modifies_text = True
     signals = (
         Signal("emails", pa.int32(), "e-mail addresses"),
@@ -110,19 +105,14 @@ class Pii(Rule):
     )
 
     def modify(self, docs: DocumentBatch) -> tuple[dict, list[str]]:
-        counts, masked = mask_pii(docs)
+        counts, masked = mask_pii(docs, tuple(self.options.mask))
         total = counts["emails"] + counts["phones"] + counts["ip_addresses"]
         per_1k = (1000 * total / np.maximum(docs.word_counts, 1)).astype(np.float32)
         return {**counts, "per_1k_words": per_1k}, masked
 
     def offending_span(self, text: str, url: str | None) -> Span | None:
-        found = [
-            (m.start(), m.end(), name)
-            for name, pattern, _ in PLACEHOLDERS
-            for m in pattern.finditer(text)
-            if name != "ip_addresses" or _is_ip(m.group())
-        ]
+        found = [(m.start(), m.end(), kind) for kind, pattern in PATTERNS.items() for m in pattern.finditer(text)]
         if not found:
             return None
-        start, end, name = min(found)
-        return Span(start, end, name.rstrip("s").replace("_", " "))
+        start, end, kind = min(found)
+        return Span(start, end, {"email": "email", "phone": "phone", "ip": "IP address"}[kind])

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 from corpus.stages.select import Threshold, default_thresholds, select_documents
 
+from corpus.config.job import JobError, default_rule_order, load_job
 from corpus.rulebook import discover
 from corpus.text.batch import DocumentBatch
 
@@ -16,7 +17,10 @@ def signals(rule_name: str, texts, urls=None, langs=None, scores=None, **options
     rule = rule_class(rule_class.Options.model_validate(options))
     docs = DocumentBatch(list(texts), urls, langs, scores)
     values = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
-    return {name: np.asarray(column).tolist() for name, column in values.items()}
+    return {
+        name: column.to_pylist() if isinstance(column, pa.Array) else np.asarray(column).tolist()
+        for name, column in values.items()
+    }
 
 
 def kept_by_defaults(rule_name: str, values: dict[str, list]) -> list[bool]:
@@ -140,11 +144,24 @@ def test_url_lists(tmp_path):
 def test_dirty_words_whole_words_in_the_documents_language(tmp_path):
     (tmp_path / "en").write_text("bad word\nugly\n")
     (tmp_path / "fr").write_text("vilain\n")
-    texts = ["This has a Bad Word in it, and uglyness is fine.", "Un texte vilain.", "Clean text."]
-    values = signals("dirty_words", texts, langs=["en", "fr", "en"], lists=str(tmp_path))
-    assert values["count"] == [1, 1, 0]
-    assert values["ratio"] == pytest.approx([1 / 13, 1 / 4, 0])
-    assert kept_by_defaults("dirty_words", values) == [False, False, True]
+    texts = ["This has a Bad Word in it, and uglyness is fine.", "Un texte vilain.", "Clean text.", "Bad word.", "ugly"]
+    values = signals("dirty_words", texts, langs=["en", "fr", "en", "de", None], lists=str(tmp_path))
+    assert values["count"] == [1, 1, 0, None, None]  # no German list, no language: unknown, not clean
+    assert values["ratio"][:3] == pytest.approx([1 / 13, 1 / 4, 0]) and values["ratio"][3:] == [None, None]
+    assert kept_by_defaults("dirty_words", values) == [False, False, True, True, True]
+
+
+def test_dirty_words_refuses_a_job_without_lists(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('name = "j"\ninputs = ["in.warc.gz"]\noutput = "out"\n[annotate]\nrules = ["dirty_words"]\n')
+    (tmp_path / "in.warc.gz").write_bytes(b"")
+    with pytest.raises(JobError, match="rules.dirty_words': needs `lists`, a folder"):
+        load_job(job)
+    (tmp_path / "lists").mkdir()
+    job.write_text(job.read_text() + '[rules.dirty_words]\nlists = "lists"\n')
+    with pytest.raises(JobError, match="is not a folder of word lists named by language code"):
+        load_job(job)
+    assert "dirty_words" not in default_rule_order(discover())  # opt-in: a job without lists is not refused
 
 
 def test_language_allowed_and_score():
@@ -244,6 +261,24 @@ def test_pii_counts_and_masks():
     _, texts = rule.modify(DocumentBatch([text]))
     assert texts == ["Write to <EMAIL> or call <PHONE> / <PHONE>; server <IP_ADDRESS>, v1.2.3.4.5."]
     assert rule.offending_span(text, None).label == "email"
+
+
+def test_pii_masks_an_ip_address_at_the_end_of_a_sentence_and_no_longer_dotted_number():
+    texts = ["The server is at 192.0.2.146.", "192.0.2.146 now.", "Version 1.192.0.2.146 and 192.0.2.146.5 are not."]
+    values = signals("pii", texts)
+    assert values["ip_addresses"] == [1, 1, 0]
+    _, masked = discover()["pii"]().modify(DocumentBatch(texts))
+    assert masked == ["The server is at <IP_ADDRESS>.", "<IP_ADDRESS> now.", texts[2]]
+
+
+def test_pii_masks_only_the_kinds_asked_and_counts_all():
+    text = "Mail jane@example.org, call 555-123-4567, host 10.0.0.1."
+    rule_class = discover()["pii"]
+    counts, masked = rule_class(rule_class.Options(mask=["email"])).modify(DocumentBatch([text]))
+    assert masked == ["Mail <EMAIL>, call 555-123-4567, host 10.0.0.1."]
+    assert (counts["emails"].tolist(), counts["phones"].tolist(), counts["ip_addresses"].tolist()) == ([1], [1], [1])
+    _, masked = rule_class(rule_class.Options(mask=["phone", "ip"])).modify(DocumentBatch([text]))
+    assert masked == ["Mail jane@example.org, call <PHONE>, host <IP_ADDRESS>."]
 
 
 def test_token_distribution_two_passes():
@@ -375,3 +410,19 @@ def test_line_dedup_removes_lines_shared_by_more_than_max_copies_documents():
     assert remove_repeated_lines([boilerplate], np.empty(0, np.uint64)) == [boilerplate]
     lenient = discover()["line_dedup"]()  # the default, Llama 3's 6 copies: nothing here is that common
     assert lenient.corpus_signals(docs, lenient.summarize([lenient.accumulate(docs)]))["lines_removed"].sum() == 0
+
+
+def test_line_dedup_exact_mode_tells_lines_apart_by_a_digit_or_case():
+    rule_class = discover()["line_dedup"]
+    texts = ["Call 555-0100 today\nShared footer", "Call 555-0199 today\nShared footer", "call 555-0100 TODAY"]
+    docs = DocumentBatch(texts)
+    for normalise, removed in ((True, [2, 2, 1]), (False, [1, 1, 0])):
+        rule = rule_class(rule_class.Options(max_copies=1, normalise=normalise))
+        summary = rule.summarize([rule.accumulate(docs)])
+        assert rule.corpus_signals(docs, summary)["lines_removed"].tolist() == removed
+    exact = rule_class(rule_class.Options(max_copies=1, normalise=False))
+    assert exact.modify_texts(texts, exact.summarize([exact.accumulate(docs)])) == [
+        "Call 555-0100 today",
+        "Call 555-0199 today",
+        "call 555-0100 TODAY",
+    ]
