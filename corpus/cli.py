@@ -119,12 +119,10 @@ def _rules_list(args: argparse.Namespace) -> int:
 
 
 def _documents_to_try(paths: list[str], limit: int):
-    """(name, text, url, lang) from text, HTML or documents-Parquet files."""
+    """(name, text, url, lang) from text, HTML or documents-Parquet files; lang None where it is to be identified."""
     import pyarrow.parquet as pq
 
-    from corpus.stages.extract import ExtractOptions, LanguageIdentifier, decode_html, main_text
-
-    identify = LanguageIdentifier()
+    from corpus.api import extract_text
 
     for path in paths:
         if path.endswith(".parquet"):
@@ -134,32 +132,26 @@ def _documents_to_try(paths: list[str], limit: int):
             continue
         with open(path, "rb") as fh:
             data = fh.read()
-        if path.endswith((".html", ".htm")):
-            html, _ = decode_html(data, None)
-            text = main_text(ExtractOptions().extractor, html, None)
-        else:
-            text = data.decode("utf-8", "replace")
-        yield path, text, None, identify(text)[0]
+        html = path.endswith((".html", ".htm"))
+        yield path, (extract_text(data) or "") if html else data.decode("utf-8", "replace"), None, None
 
 
 def _rules_try(args: argparse.Namespace) -> int:
-    import numpy as np
     import pyarrow as pa
 
-    from corpus.rulebook import CorpusRule, discover
-    from corpus.stages.select import default_thresholds
-    from corpus.text.batch import DocumentBatch
+    from corpus.api import apply_rules, identify_language
+    from corpus.rulebook import discover
 
     registry = discover()
     if args.rule not in registry:
         print(f"corpus: unknown rule {args.rule!r}; `corpus rules list` shows them", file=sys.stderr)
         return 2
-    settings = {}
-    thresholds = default_thresholds(registry[args.rule])
+    settings, select = {}, {}
     if args.job:
         job = load_job(args.job)
         settings = dict(job.rule_settings).get(args.rule, {})
-        thresholds = [t for t in job.thresholds if t.rule == args.rule]
+        own = {args.rule: job.select[args.rule]} if args.rule in job.select else {}
+        select = {"rules": [args.rule] if any(t.rule == args.rule for t in job.thresholds) else [], **own}
     try:
         rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
     except ValidationError:
@@ -173,22 +165,23 @@ def _rules_try(args: argparse.Namespace) -> int:
     console = Console(soft_wrap=True)
     documents = list(_documents_to_try(args.files, args.limit))
     names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
-    docs = DocumentBatch(texts, urls, langs, [1.0] * len(texts))
-    if isinstance(rule, CorpusRule):  # the documents given are the corpus
-        signals = rule.corpus_signals(docs, rule.summarize([rule.accumulate(docs)]))
-    else:
-        signals = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
-    for i, (name, text, url) in enumerate(zip(names, texts, urls, strict=True)):
-        values = {signal.name: np.asarray(signals[signal.name])[i].item() for signal in rule.signals}
-        failing = [t.reason for t in thresholds if t.failing(pa.array([values[t.signal]]))[0]]
-        verdict = "[red]DROP[/] " + ", ".join(failing) if failing else "[green]KEEP[/]"
-        console.print(f"[bold]{name}[/]  {verdict}")
-        for signal, value in values.items():
-            console.print(
-                f"   {args.rule}.{signal} = {value:.4g}"
-                if isinstance(value, float)
-                else f"   {args.rule}.{signal} = {value}"
-            )
+    unknown = [i for i, lang in enumerate(langs) if lang is None]
+    found, _ = identify_language([texts[i] for i in unknown])
+    for i, lang in zip(unknown, found, strict=True):
+        langs[i] = lang
+    given = pa.table({"id": names, "text": texts, "url": pa.array(urls, pa.string()), "lang": langs})
+    try:  # the pipeline's own annotate and select: the same verdict at a threshold's exact value
+        decided = apply_rules(given, rules=[args.rule], settings={args.rule: settings}, thresholds=select)
+    except ValueError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    columns = [rule.column(signal.name) for signal in rule.signals]
+    for row, text, url in zip(decided.to_pylist(), texts, urls, strict=True):
+        verdict = "[red]DROP[/] " + ", ".join(row["failures"]) if row["failures"] else "[green]KEEP[/]"
+        console.print(f"[bold]{row['id']}[/]  {verdict}")
+        for column in columns:
+            value = row[column]
+            console.print(f"   {column} = {value:.4g}" if isinstance(value, float) else f"   {column} = {value}")
         span = rule.offending_span(text, url)
         if span is not None:
             source = url if span.in_url else text

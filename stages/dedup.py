@@ -29,7 +29,7 @@ from corpus.text.batch import DocumentBatch, stable_hashes
 
 
 class MinHashOptions(StageOptions):
-    ngram: int = Field(5, ge=1, description="words per shingle (lower-cased runs of letters and digits)")
+    ngram: int = Field(5, ge=1, description="words per shingle (lower-cased `\\w+` runs: letters, digits and _)")
     permutations: int = Field(112, ge=1, le=1024, description="MinHash values stored per document")
     bands: int = Field(14, ge=1, description="LSH bands: documents equal in any band are candidates")
     rows: int = Field(8, ge=1, description="MinHash values per band")

@@ -130,6 +130,14 @@ def _shingles(text: str) -> set[tuple[int, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
+def test_shingle_words_are_lower_cased_word_character_runs():
+    """What the README says a MinHash shingle's word is: `\\w+` lower-cased; `_` joins, punctuation splits."""
+    _, hashes = DocumentBatch(["Snake_Case, snake_case! SNAKE-case"]).folded_words
+    snake, also_snake, first, second = hashes.tolist()
+    assert snake == also_snake and len({snake, first, second}) == 3
+    assert DocumentBatch(["snake case"]).folded_words[1].tolist() == [first, second]
+
+
 @pytest.fixture(scope="module")
 def edited_pairs():
     """(original, edited copy, exact Jaccard of their 5-word shingles) for real documents, edits spread so that

@@ -350,6 +350,26 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     assert capsys.readouterr().out.count("line_dedup.lines_removed = 1") == 2
 
 
+def test_rules_try_agrees_with_the_pipeline_at_an_exact_threshold(tmp_path, capsys):
+    """3 of 10 lines end in '...': float32(0.3) is not above the 0.3 threshold, in `rules try` as in selection."""
+    from corpus.api import apply_rules
+    from corpus.cli import main
+
+    lines = [f"Line {i} of an ordinary text about the weather, which is mild today" for i in range(10)]
+    text = "\n".join(line + ("..." if i < 3 else ".") for i, line in enumerate(lines))
+    (tmp_path / "doc.txt").write_text(text)
+    assert main(["rules", "try", "gopher_quality", str(tmp_path / "doc.txt")]) == 0
+    shown = capsys.readouterr().out
+    assert "gopher_quality.ellipsis_lines_frac = 0.3\n" in shown
+    assert "ellipsis_lines_frac.max" not in shown and f"{tmp_path / 'doc.txt'}  KEEP" in shown
+    decided = apply_rules([text], rules=["gopher_quality"])
+    assert decided.column("kept").to_pylist() == [True]
+    over = apply_rules(
+        [text], rules=["gopher_quality"], thresholds={"gopher_quality": {"ellipsis_lines_frac": {"max": 0.29}}}
+    )
+    assert over.column("first_failure").to_pylist() == ["gopher_quality.ellipsis_lines_frac.max"]
+
+
 def test_line_and_paragraph_splits_equal_the_expressions_datatrove_splits_with():
     import random
     import re

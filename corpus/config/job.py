@@ -207,17 +207,38 @@ def _check_rule_names(path: Path, key: str, names, registry: dict) -> None:
 
 def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], tuple]:
     """Validate [annotate], [rules.*] and [select] against the rule registry."""
-    from corpus.rulebook import PATH_OPTION, discover
-    from corpus.stages.select import Threshold
+    from corpus.rulebook import discover
 
     registry = discover()
-    names = job.annotate.rules if job.annotate.rules is not None else default_rule_order(registry)
+    settings = resolve_rule_settings(job.annotate.rules, job.rules, path)
+    names = [name for name, _ in settings]
+    selected, thresholds = resolve_thresholds(job.select, names, path)
+    _check_prefilter(job, path, registry, selected, thresholds)
+    modifiers = [name for name in names if registry[name].rewrites_text()]
+    for name in job.tokenize.modifiers or []:
+        if name not in modifiers:
+            raise JobError(
+                f"{path}: key 'tokenize.modifiers': '{name}' is not a computed modifier "
+                f"(computed modifiers: {', '.join(modifiers) or 'none'})"
+            )
+    return settings, tuple(thresholds)
+
+
+def resolve_rule_settings(
+    names: list[str] | None, rules: dict[str, dict], path: Path
+) -> tuple[tuple[str, dict], ...]:
+    """(rule name, validated settings) of each rule computed, in order (`names`; None: the default order), from
+    the `[rules.NAME]` tables; file options resolved relative to `path`'s folder and checked."""
+    from corpus.rulebook import PATH_OPTION, discover
+
+    registry = discover()
+    names = names if names is not None else default_rule_order(registry)
     _check_rule_names(path, "annotate.rules", names, registry)
-    _check_rule_names(path, "rules", job.rules, registry)
+    _check_rule_names(path, "rules", rules, registry)
 
     settings = []
     for name in names:
-        raw = dict(job.rules.get(name, {}))
+        raw = dict(rules.get(name, {}))
         options_model = registry[name].Options
         for field_name, field in options_model.model_fields.items():
             if PATH_OPTION in field.metadata and raw.get(field_name):
@@ -244,8 +265,17 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
         except ValueError as exc:
             raise JobError(f"{path}: key 'rules.{name}': {exc}") from None
         settings.append((name, options.model_dump()))
+    return tuple(settings)
 
-    select = dict(job.select)
+
+def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> tuple[list[str], list]:
+    """(the rules selected on, their thresholds in selection order) from a `[select]` table over the computed
+    rules `names`: each rule's published defaults, overridden by the table."""
+    from corpus.rulebook import discover
+    from corpus.stages.select import Threshold
+
+    registry = discover()
+    select = dict(select)
     selected = select.pop("rules", names)
     if not isinstance(selected, list) or not all(isinstance(n, str) for n in selected):
         raise JobError(f"{path}: key 'select.rules': expected a list of rule names")
@@ -293,15 +323,7 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     if select:
         unselected = next(iter(select))
         raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules")
-    _check_prefilter(job, path, registry, selected, thresholds)
-    modifiers = [name for name in names if registry[name].rewrites_text()]
-    for name in job.tokenize.modifiers or []:
-        if name not in modifiers:
-            raise JobError(
-                f"{path}: key 'tokenize.modifiers': '{name}' is not a computed modifier "
-                f"(computed modifiers: {', '.join(modifiers) or 'none'})"
-            )
-    return tuple(settings), tuple(thresholds)
+    return selected, thresholds
 
 
 def _check_prefilter(job: Job, path: Path, registry: dict, selected: list[str], thresholds: list) -> None:

@@ -1,0 +1,255 @@
+"""`corpus` from Python: the pipeline's steps as functions over texts and tables, for notebooks and scripts.
+
+Each function runs the code and the settings a job runs (the same extractor, rules, thresholds, MinHash kernels
+and keep policy), so what a notebook finds is what a run decides. The documents given are the corpus wherever a
+step needs one (corpus rules, quantile thresholds, dedup).
+
+    from corpus.api import extract_text, apply_rules, near_duplicates
+    text = extract_text(html_bytes, url="https://example.org/")
+    table = apply_rules(["some text", "more text"], rules=["gopher_quality"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.config.job import JobError, resolve_rule_settings, resolve_thresholds
+from corpus.rulebook import CorpusRule, Rule, discover
+from corpus.stages.annotate import annotate_documents, signal_fields
+from corpus.stages.dedup import MinHashOptions, band_hashes, jaccard, minhash_signatures, permutations
+from corpus.stages.dedup_graph import components_in_memory, partition_forest, shuffle_rows
+from corpus.stages.extract import EXTRACTORS, LanguageIdentifier, decode_html, main_text
+from corpus.stages.read import domain_of
+from corpus.stages.schema import DOCUMENTS
+from corpus.stages.select import select_documents
+from corpus.text.batch import DocumentBatch
+
+__all__ = [
+    "apply_rules",
+    "exact_duplicate_lines",
+    "extract_text",
+    "identify_language",
+    "mask_pii",
+    "near_duplicates",
+    "quality_scores",
+]
+
+Documents = Sequence[str] | pa.Table | Any  # texts, an Arrow table or a pandas DataFrame with a `text` column
+
+
+def extract_text(html: bytes | str, url: str | None = None, extractor: str = "trafilatura") -> str | None:
+    """The main text of one HTML page, as the extract stage makes it (bytes are decoded as a crawl's pages are:
+    UTF-8, <meta> charset, then detection); None where the pipeline would drop the page as `empty_text`.
+    `extractor`: one of "trafilatura" (the default mode), "trafilatura_fineweb", "resiliparse"."""
+    if extractor not in EXTRACTORS:
+        raise ValueError(f"unknown extractor {extractor!r}: use one of {', '.join(EXTRACTORS)}")
+    if isinstance(html, bytes):
+        html, _ = decode_html(html, None)
+    return main_text(extractor, html, url) or None
+
+
+def identify_language(
+    texts: Sequence[str], model_path: str = "", max_chars: int = 2_000
+) -> tuple[list[str | None], list[float | None]]:
+    """(language code, probability) of each text by fastText lid.176 on its first `max_chars` characters, as the
+    extract stage identifies documents. `model_path`: another fastText language-ID model."""
+    identify = LanguageIdentifier(model_path, max_chars)
+    found = [identify(text) for text in texts]
+    return [lang for lang, _ in found], [score for _, score in found]
+
+
+def _documents_table(documents: Documents) -> pa.Table:
+    """Documents as the pipeline stores them (`DOCUMENTS` first, in order), any other given columns after."""
+    if isinstance(documents, pa.Table):
+        table = documents
+    elif hasattr(documents, "to_dict") and hasattr(documents, "columns"):  # a pandas DataFrame
+        table = pa.Table.from_pandas(documents, preserve_index=False)
+    elif isinstance(documents, str):
+        raise TypeError("give a list of texts, not one string")
+    else:
+        table = pa.table({"text": pa.array(list(documents), pa.large_string())})
+    if "text" not in table.column_names:
+        raise ValueError(f"the documents need a `text` column; they have: {', '.join(table.column_names)}")
+    if table.column("text").null_count:
+        raise ValueError("some documents' `text` is null: give every document a text")
+    n = table.num_rows
+    given = set(table.column_names)
+    if "lang" not in given:
+        langs, scores = identify_language(table.column("text").to_pylist())
+        table = table.append_column("lang", pa.array(langs, pa.string()))
+        table = table.append_column("lang_score", pa.array(scores, pa.float32()))
+    urls = table.column("url").to_pylist() if "url" in given else [None] * n
+    defaults = {
+        "id": pa.array([str(i) for i in range(n)], pa.string()),
+        "url": pa.array(urls, pa.string()),
+        "domain": pa.array([domain_of(url) for url in urls], pa.string()),
+        "source": pa.array(["<python>"] * n, pa.string()),
+        "offset": pa.array(range(n), pa.int64()),
+    }
+    columns = []
+    for field in DOCUMENTS:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        else:
+            columns.append(defaults.get(field.name, pa.nulls(n, field.type)))
+    extra = [name for name in table.column_names if name not in DOCUMENTS.names]
+    return pa.Table.from_arrays(
+        [*columns, *(table.column(name) for name in extra)],
+        schema=pa.schema([*DOCUMENTS, *(table.schema.field(name) for name in extra)]),
+    )
+
+
+def _rules(rules: list[str] | None, settings: dict[str, dict] | None) -> list[Rule]:
+    try:
+        resolved = resolve_rule_settings(rules, settings or {}, Path.cwd() / "apply_rules")
+    except JobError as exc:
+        raise ValueError(str(exc)) from None
+    registry = discover()
+    return [registry[name](registry[name].Options.model_validate(options)) for name, options in resolved]
+
+
+def apply_rules(
+    documents: Documents,
+    rules: list[str] | None = None,
+    settings: dict[str, dict] | None = None,
+    thresholds: dict[str, Any] | None = None,
+) -> pa.Table:
+    """The documents with each rule's signal columns (`rule.signal`) and the selection's `kept`, `first_failure`
+    and `failures` (every `rule.signal.bound` a document fails).
+
+    `documents`: texts, or an Arrow table / pandas DataFrame with `text` and optionally `id`, `url`, `lang`,
+    `lang_score` (language ID runs when `lang` is absent). `rules`: names in order (default: a job's default
+    order); `settings`: `{rule: {option: value}}` as a job's `[rules.NAME]` tables; `thresholds`: a job's
+    `[select]` table as a dict, e.g. `{"gopher_quality": {"words": {"min": 100}}}` (default: each rule's
+    published thresholds). Corpus rules and quantile thresholds take these documents as the corpus."""
+    table = _documents_table(documents)
+    computed = _rules(rules, settings)
+    names = [rule.name for rule in computed]
+    try:
+        _, chosen = resolve_thresholds(thresholds or {}, names, Path.cwd() / "apply_rules")
+    except JobError as exc:
+        raise ValueError(str(exc)) from None
+    per_document = [rule for rule in computed if not isinstance(rule, CorpusRule)]
+    annotated = annotate_documents(table, per_document).table
+    docs = DocumentBatch.from_table(table)  # corpus rules read the texts as given, as they read stored documents
+    for rule in computed:
+        if isinstance(rule, CorpusRule):
+            values = rule.corpus_signals(docs, rule.summarize([rule.accumulate(docs)]))
+            for field in signal_fields([rule]):
+                signal = field.name.removeprefix(f"{rule.name}.")
+                annotated = annotated.append_column(field, pa.array(values[signal], field.type))
+    resolved = [t.resolved(annotated.column(t.column)) if t.quantile is not None else t for t in chosen]
+    selection = select_documents(annotated, resolved)[0].table.select(["kept", "first_failure", "failures"])
+    signals = annotated.select(annotated.column_names[len(DOCUMENTS) :])
+    return pa.Table.from_arrays(
+        [*table.columns, *signals.columns, *selection.columns],
+        schema=pa.schema([*table.schema, *signals.schema, *selection.schema]),
+    )
+
+
+def mask_pii(text: str, kinds: Sequence[str] = ("email", "phone", "ip")) -> tuple[str, dict[str, int]]:
+    """(the text with the given kinds of PII replaced by `<EMAIL>`, `<PHONE>`, `<IP_ADDRESS>`; the count of each
+    kind found, masked or not), as the `pii` rule masks them."""
+    from corpus.rules.pii import KINDS, SIGNAL_OF
+    from corpus.rules.pii import mask_pii as mask_batch
+
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown PII kinds {unknown}: use any of {', '.join(KINDS)}")
+    counts, masked = mask_batch(DocumentBatch([text]), tuple(kinds))
+    return masked[0], {kind: int(counts[SIGNAL_OF[kind]][0]) for kind in KINDS}
+
+
+NEAR_DUPLICATES = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("kept", pa.bool_(), nullable=False),
+        pa.field("duplicate_of", pa.string(), metadata={"doc": "id of the document kept instead"}),
+        pa.field("cluster_id", pa.string(), nullable=False, metadata={"doc": "id of the document its cluster keeps"}),
+        pa.field("cluster_size", pa.int32(), nullable=False),
+        pa.field("jaccard", pa.float64(), metadata={"doc": "exact shingle Jaccard with cluster_id (verified only)"}),
+    ]
+)
+
+
+def near_duplicates(
+    texts: Sequence[str], ids: Sequence[str] | None = None, verify_threshold: float | None = None, **minhash: Any
+) -> pa.Table:
+    """MinHash near-duplicate clusters of the texts, by the dedup stage's kernels and keep policy: documents equal
+    in any LSH band join a cluster, each cluster keeps its first document (in the order given), and the others
+    are duplicates of it. With `verify_threshold`, a duplicate whose exact shingle Jaccard with the kept document is
+    below it stays (`jaccard` says how near it was). `minhash`: `[dedup.minhash]` settings (ngram = 5,
+    permutations = 112, bands = 14, rows = 8, threshold, seed = 1). One row per text, in order (`NEAR_DUPLICATES`)."""
+    options = MinHashOptions(**minhash, verify_threshold=verify_threshold)
+    texts = list(texts)
+    n = len(texts)
+    ids = [str(i) for i in range(n)] if ids is None else [str(i) for i in ids]
+    if len(ids) != n or len(set(ids)) != n:
+        raise ValueError(f"give one distinct id per text ({n} texts, {len(set(ids))} distinct ids)")
+    docs = DocumentBatch(texts)
+    signatures = minhash_signatures(docs, options.ngram, *permutations(options.permutations, options.seed))
+    keys = band_hashes(signatures, *options.bands_rows())
+    refs = np.arange(n, dtype=np.int64)
+    rows = shuffle_rows(ids, refs, keys, np.zeros(n, np.int64), docs.text_lengths)
+    components = components_in_memory([partition_forest(rows, "minhash")], "minhash", 1)
+    members = components.column("ref").to_numpy()
+    roots = components.column("root").to_numpy()
+    root = refs.copy()
+    root[members] = roots
+    size = np.ones(n, np.int32)
+    size[members] = components.column("size").to_numpy()
+    kept = root == refs
+    similarity = np.full(n, np.nan)
+    if verify_threshold is not None and (~kept).any():
+        duplicates = np.flatnonzero(~kept)
+        own, kept_instead = ([texts[i] for i in rows] for rows in (duplicates, root[duplicates]))
+        similarity[duplicates] = jaccard(DocumentBatch(own), DocumentBatch(kept_instead), options.ngram)
+        kept[duplicates[similarity[duplicates] < verify_threshold]] = True
+    root_ids = [ids[r] for r in root]
+    return pa.table(
+        {
+            "id": ids,
+            "kept": kept,
+            "duplicate_of": [None if keep else r for keep, r in zip(kept, root_ids, strict=True)],
+            "cluster_id": root_ids,
+            "cluster_size": size,
+            "jaccard": pa.array(similarity, mask=np.isnan(similarity)),
+        },
+        schema=NEAR_DUPLICATES,
+    )
+
+
+def exact_duplicate_lines(documents: Documents, max_copies: int = 6, normalise: bool = True) -> pa.Table:
+    """Line-level dedup over these documents as the corpus (the `line_dedup` rule, Llama 3): per document
+    `lines_removed`, `chars_removed_frac` and `text` without the lines more than `max_copies` documents share.
+    `normalise`: compare lines lower-cased with digits as 0 (CCNet); False: character for character."""
+    from corpus.rules.line_dedup import LineDedup
+
+    table = _documents_table(documents)
+    rule = LineDedup(LineDedup.Options(max_copies=max_copies, normalise=normalise))
+    docs = DocumentBatch.from_table(table)
+    summary = rule.summarize([rule.accumulate(docs)])
+    values = rule.corpus_signals(docs, summary)
+    return pa.table(
+        {
+            "id": table.column("id"),
+            "lines_removed": values["lines_removed"],
+            "chars_removed_frac": values["chars_removed_frac"],
+            "text": pa.array(rule.modify_texts(docs.texts, summary), pa.large_string()),
+        }
+    )
+
+
+def quality_scores(texts: Sequence[str], model: str) -> np.ndarray:
+    """The `quality_classifier` rule's score (probability of reference-quality text) of each text, from a model
+    trained with `corpus classifier train`."""
+    from corpus.rules.quality_classifier import QualityClassifier
+
+    rule = QualityClassifier(QualityClassifier.Options(model=str(model)))
+    QualityClassifier.check(rule.options)
+    return np.asarray(rule.compute(DocumentBatch(list(texts)))["score"], np.float32)
