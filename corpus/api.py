@@ -42,14 +42,17 @@ __all__ = [
 Documents = Sequence[str] | pa.Table | Any  # texts, an Arrow table or a pandas DataFrame with a `text` column
 
 
-def extract_text(html: bytes | str, url: str | None = None, extractor: str = "trafilatura") -> str | None:
+def extract_text(
+    html: bytes | str, url: str | None = None, extractor: str = "trafilatura", charset: str | None = None
+) -> str | None:
     """The main text of one HTML page, as the extract stage makes it (bytes are decoded as a crawl's pages are:
-    UTF-8, <meta> charset, then detection); None where the pipeline would drop the page as `empty_text`.
-    `extractor`: one of "trafilatura" (the default mode), "trafilatura_fineweb", "resiliparse"."""
+    UTF-8, then `charset` from the HTTP header when known, <meta>, detection); None where the pipeline would drop
+    the page as `empty_text`. `extractor`: one of "trafilatura" (the default mode), "trafilatura_fineweb",
+    "resiliparse"."""
     if extractor not in EXTRACTORS:
         raise ValueError(f"unknown extractor {extractor!r}: use one of {', '.join(EXTRACTORS)}")
     if isinstance(html, bytes):
-        html, _ = decode_html(html, None)
+        html, _ = decode_html(html, charset)
     return main_text(extractor, html, url) or None
 
 

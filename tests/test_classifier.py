@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import benchmark_module, shared, write_job
 
+from corpus.api import quality_scores
 from corpus.cli import main
 from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
@@ -117,6 +118,7 @@ def test_the_rule_scores_every_document_with_the_model_and_selects_by_threshold_
     scores = documents.column("quality_classifier.score").to_numpy()
     expected = QualityModel(str(model)).scores(documents.column("text").to_pylist())
     assert np.array_equal(scores, expected) and scores.dtype == np.float32 and 0 <= scores.min() < scores.max() <= 1
+    assert np.array_equal(quality_scores(documents.column("text").to_pylist(), str(model)), scores)  # corpus.api
     selection = pq.read_table(tmp_path / "out" / "selection", columns=["id", "kept", "first_failure"])
     kept_ids = set(selection.filter(selection.column("kept")).column("id").to_pylist())
     assert kept_ids == {

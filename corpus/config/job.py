@@ -224,9 +224,7 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     return settings, tuple(thresholds)
 
 
-def resolve_rule_settings(
-    names: list[str] | None, rules: dict[str, dict], path: Path
-) -> tuple[tuple[str, dict], ...]:
+def resolve_rule_settings(names: list[str] | None, rules: dict[str, dict], path: Path) -> tuple[tuple[str, dict], ...]:
     """(rule name, validated settings) of each rule computed, in order (`names`; None: the default order), from
     the `[rules.NAME]` tables; file options resolved relative to `path`'s folder and checked."""
     from corpus.rulebook import PATH_OPTION, discover

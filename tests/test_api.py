@@ -1,0 +1,172 @@
+"""corpus.api gives the pipeline's own decisions: each function against a job run over the same real pages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import shared, write_job
+from corpus.stages.read import ReadOptions, read_records
+
+from corpus.api import (
+    apply_rules,
+    exact_duplicate_lines,
+    extract_text,
+    identify_language,
+    mask_pii,
+    near_duplicates,
+)
+from corpus.config.job import load_job
+from corpus.engine import run_job
+
+WARCS = ["warc-aut/example.warc.gz", "warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz"]
+RULES = ["url", "language", "gopher_quality", "gopher_repetition", "pii", "c4", "line_dedup", "token_distribution"]
+SELECT = """[select]
+token_distribution.kl.max_quantile = 0.9
+c4.chars_removed_frac.max = 0.4
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A job over two real WARCs with per-document and corpus rules, a quantile threshold and verified MinHash
+    dedup: (its folder, its documents in corpus order, its selection)."""
+    folder = tmp_path_factory.mktemp("api")
+    rules = ", ".join(f'"{rule}"' for rule in RULES)
+    extra = (
+        f"[annotate]\nrules = [{rules}]\n[rules.line_dedup]\nmax_copies = 2\n{SELECT}"
+        '[dedup]\nsteps = ["minhash"]\n[dedup.minhash]\nverify_threshold = 0.6\n'
+    )
+    inputs = [str(shared(warc)) for warc in WARCS]
+    run_job(load_job(write_job(folder, inputs, folder / "out", extra)), use_ray=False)
+    out = folder / "out"
+    plan = pq.read_table(out / "plan.parquet").sort_by("ordinal")
+    documents = pa.concat_tables(
+        pq.read_table(out / "documents" / f"{shard}.parquet") for shard in plan["id"].to_pylist()
+    )
+    selection = pq.read_table(out / "selection")
+    return out, documents, selection
+
+
+def test_the_api_imports_in_a_fresh_interpreter():
+    names = "extract_text, apply_rules, mask_pii, near_duplicates, identify_language"
+    subprocess.run([sys.executable, "-c", f"from corpus.api import {names}"], check=True)
+
+
+def test_extract_text_gives_the_pipelines_text_and_drops(run):
+    _, documents, _ = run
+    texts = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))
+    compared = empty = 0
+    for warc in WARCS:
+        with open(shared(warc), "rb") as stream:
+            for batch in read_records(stream, warc, ReadOptions()):
+                for record in batch.table.to_pylist():
+                    text = extract_text(record["payload"], record["url"], charset=record["http_charset"])
+                    assert text == texts.get(record["id"]), record["url"]
+                    compared += 1
+                    empty += text is None
+    assert compared == 176 and 0 < empty < compared  # every HTML record of both files; some the pipeline dropped
+
+
+def test_identify_language_gives_the_pipelines_languages(run):
+    _, documents, _ = run
+    langs, scores = identify_language(documents.column("text").to_pylist())
+    assert langs == documents.column("lang").to_pylist()
+    assert np.array_equal(np.array(scores, np.float32), documents.column("lang_score").to_numpy())
+    assert len(set(scores)) > 10  # every page is English here, each with its own score
+    assert identify_language(["Bonjour à tous, comment allez-vous aujourd'hui ?"])[0] == ["fr"]
+
+
+def test_apply_rules_gives_the_pipelines_signals_and_selection(run):
+    out, documents, selection = run
+    given = documents.select(["id", "text", "url", "lang", "lang_score"])
+    settings = {"line_dedup": {"max_copies": 2}}
+    thresholds = {
+        "token_distribution": {"kl": {"max_quantile": 0.9}},
+        "c4": {"chars_removed_frac": {"max": 0.4}},
+    }
+    decided = apply_rules(given, rules=RULES, settings=settings, thresholds=thresholds)
+    stored = documents.sort_by("id")
+    corpus_signals = pq.read_table(out / "corpus_signals").sort_by("id")
+    assert corpus_signals.column("id").equals(stored.column("id"))
+    for name in corpus_signals.column_names[1:]:
+        stored = stored.append_column(name, corpus_signals.column(name))
+    ours = decided.sort_by("id")
+    signal_columns = [name for name in decided.column_names if "." in name]
+    assert len(signal_columns) > 30
+    for name in signal_columns:
+        assert ours.column(name).equals(stored.column(name).cast(ours.schema.field(name).type)), name
+    rule_selection = pq.read_table(out / "rule_selection").sort_by("id")
+    for name in ("kept", "first_failure", "failures"):
+        assert ours.column(name).to_pylist() == rule_selection.column(name).to_pylist(), name
+    assert len(set(ours.column("first_failure").to_pylist())) > 4
+    assert sum("token_distribution.kl.max_quantile" in failed for failed in ours.column("failures").to_pylist()) > 0
+
+
+def test_near_duplicates_gives_the_pipelines_clusters(run):
+    _, documents, selection = run
+    rule_kept = pq.read_table(run[0] / "rule_selection", columns=["id", "kept"])
+    candidates = set(rule_kept.filter(rule_kept.column("kept")).column("id").to_pylist())
+    order = [i for i, doc in enumerate(documents.column("id").to_pylist()) if doc in candidates]
+    chosen = documents.take(pa.array(order))
+    found = near_duplicates(chosen.column("text").to_pylist(), chosen.column("id").to_pylist(), verify_threshold=0.6)
+    decided = selection.filter(pc.is_in(selection.column("id"), value_set=found.column("id"))).sort_by("id")
+    ours = found.sort_by("id")
+    assert ours.column("kept").to_pylist() == decided.column("kept").to_pylist()
+    assert ours.column("duplicate_of").to_pylist() == decided.column("duplicate_of").to_pylist()
+    assert ours.column("cluster_id").to_pylist() == decided.column("cluster_id").to_pylist()
+    assert ours.column("cluster_size").to_pylist() == decided.column("cluster_size").to_pylist()
+    dropped = ours.filter(pc.invert(ours.column("kept")))
+    assert dropped.num_rows > 0 and pc.min(dropped.column("jaccard")).as_py() >= 0.6
+    unverified = near_duplicates(chosen.column("text").to_pylist(), chosen.column("id").to_pylist())
+    assert pc.sum(pc.invert(unverified.column("kept"))).as_py() >= dropped.num_rows
+
+
+def test_mask_pii_counts_as_the_pii_rule(run):
+    _, documents, _ = run
+    totals = {"email": 0, "phone": 0, "ip": 0}
+    for row in documents.select(["text", "pii.emails", "pii.phones", "pii.ip_addresses"]).to_pylist():
+        masked, counts = mask_pii(row["text"])
+        assert (counts["email"], counts["phone"], counts["ip"]) == (
+            row["pii.emails"],
+            row["pii.phones"],
+            row["pii.ip_addresses"],
+        )
+        assert masked.count("<EMAIL>") >= counts["email"]
+        for kind in totals:
+            totals[kind] += counts[kind]
+    assert totals["email"] > 0
+    assert mask_pii("Reach 192.0.2.146. Or a@b.org.", kinds=["ip"]) == (
+        "Reach <IP_ADDRESS>. Or a@b.org.",
+        {"email": 1, "phone": 0, "ip": 1},
+    )
+    with pytest.raises(ValueError, match="unknown PII kinds \\['ssn'\\]: use any of email, phone, ip"):
+        mask_pii("x", kinds=["ssn"])
+
+
+def test_exact_duplicate_lines_gives_the_line_dedup_rules_signals(run):
+    out, documents, _ = run
+    corpus_signals = pq.read_table(out / "corpus_signals").sort_by("id")
+    found = exact_duplicate_lines(documents.select(["id", "text"]), max_copies=2).sort_by("id")
+    assert found.column("lines_removed").to_pylist() == corpus_signals.column("line_dedup.lines_removed").to_pylist()
+    assert pc.sum(found.column("lines_removed")).as_py() > 0
+    exact = exact_duplicate_lines(documents.select(["id", "text"]), max_copies=2, normalise=False)
+    assert pc.sum(exact.column("lines_removed")).as_py() <= pc.sum(found.column("lines_removed")).as_py()
+
+
+def test_the_api_refuses_bad_arguments_with_what_to_do():
+    with pytest.raises(ValueError, match="unknown extractor 'boilerpipe': use one of trafilatura"):
+        extract_text(b"<p>x</p>", extractor="boilerpipe")
+    with pytest.raises(ValueError, match="need a `text` column; they have: body"):
+        apply_rules(pa.table({"body": ["x"]}))
+    with pytest.raises(ValueError, match="unknown rule 'gopher'"):
+        apply_rules(["x"], rules=["gopher"])
+    with pytest.raises(ValueError, match="rule gopher_quality has no signal 'wordz'"):
+        apply_rules(["x"], rules=["gopher_quality"], thresholds={"gopher_quality": {"wordz": {"min": 1}}})
+    with pytest.raises(ValueError, match="one distinct id per text"):
+        near_duplicates(["a", "b"], ids=["1", "1"])
