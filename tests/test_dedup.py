@@ -130,6 +130,13 @@ def _shingles(text: str) -> set[tuple[int, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
+def test_a_texts_exact_key_does_not_depend_on_its_batch():
+    """Equal texts in batches of other sizes (the last batch of a shard, another shard) share their key."""
+    alone = text_keys(DocumentBatch(["Hello, world: foo."]))[0]
+    assert text_keys(DocumentBatch(["other", "hello world FOO", "more"]))[1] == alone
+    assert text_keys(DocumentBatch(["hello world"]))[0] != alone
+
+
 def test_shingle_words_are_lower_cased_word_character_runs():
     """What the README says a MinHash shingle's word is: `\\w+` lower-cased; `_` joins, punctuation splits."""
     _, hashes = DocumentBatch(["Snake_Case, snake_case! SNAKE-case"]).folded_words

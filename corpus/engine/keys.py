@@ -21,6 +21,8 @@ def fingerprint(job: Job) -> str:
     """Hash of every option that changes a shard's documents (with the rules and thresholds applied before
     extraction); shards made under another fingerprint are stale."""
     options = {"read": job.read.model_dump(), "extract": job.extract.model_dump()}
+    if job.dataset != type(job.dataset)():  # crawl-only jobs keep the fingerprints they had
+        options["dataset"] = job.dataset.model_dump()
     if job.prefilter.rules:
         names = set(job.prefilter.rules)
         options["prefilter"] = {
@@ -54,6 +56,8 @@ def annotate_fingerprint(job: Job) -> str:
     bands and rows are not in it: they only regroup stored signatures."""
     rules = _rule_entries(job)
     keys = [field.name for field in key_fields(job.dedup)]
+    if "exact" in job.dedup.stored_keys():
+        keys.append({"text_key": 2})  # v2: v1 keys depended on the size of the batch a text was in
     if "minhash" in job.dedup.stored_keys():
         minhash = job.dedup.minhash
         keys.append({"ngram": minhash.ngram, "permutations": minhash.permutations, "seed": minhash.seed})
