@@ -23,7 +23,7 @@ def summary_table(stats: dict) -> Table:
     table = Table(title=f"corpus run · {stats['job']} → {stats['output']}", show_header=True)
     table.add_column("what")
     table.add_column("count", justify="right")
-    table.add_row("WARC records read", f"{totals['records']:,}")
+    table.add_row("records read", f"{totals['records']:,}")
     for name, counts in stats["stages"].items():
         table.add_row(f"[bold]{name}[/]: received → kept", f"{counts['received']:,} → {counts['kept']:,}")
         for reason, n in sorted(counts["dropped"].items(), key=lambda item: -item[1]):

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError
 
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
+from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns
 from corpus.stages.dedup import DedupOptions
 from corpus.stages.extract import ExtractOptions
 from corpus.stages.options import StageOptions
@@ -39,12 +40,17 @@ class RayOptions(StageOptions):
 
 class Job(StageOptions):
     name: str = Field(description="the job's name, in stats and manifests")
-    inputs: list[str] = Field(default_factory=list, description="paths, globs or fsspec URLs of WARC/WET files")
+    inputs: list[str] = Field(
+        default_factory=list,
+        description="paths, globs or fsspec URLs of WARC/WET files, or of datasets: Parquet, JSONL (.gz, .zst) files "
+        "and Hugging Face dataset folders (save_to_disk)",
+    )
     inputs_list: str = Field("", description="a text file (optionally .gz) with one input path or URL per line")
     inputs_prefix: str = Field("", description="prepended to every line of inputs_list")
     max_inputs: int = Field(0, ge=0, description="take only the first N inputs (0 = all)")
     output: str = Field(description="output folder or URL")
     read: ReadOptions = ReadOptions()
+    dataset: DatasetOptions = DatasetOptions()
     prefilter: PrefilterOptions = PrefilterOptions()
     extract: ExtractOptions = ExtractOptions()
     annotate: AnnotateOptions = AnnotateOptions()
@@ -119,6 +125,8 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
                 raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
             protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
             resolved += [m if protocol == "file" else f"{protocol}://{m}" for m in matches]
+        elif "://" not in entry and Path(entry).is_dir():
+            resolved += _hugging_face_files(Path(entry), path)
         elif "://" not in entry and not Path(entry).is_file():
             raise JobError(f"{path}: key 'inputs': no such file {entry!r}")
         else:
@@ -126,6 +134,56 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
     if job.max_inputs:
         resolved = resolved[: job.max_inputs]
     return tuple(dict.fromkeys(resolved))  # drop repeats, keep order
+
+
+def _hugging_face_files(folder: Path, path: Path) -> list[str]:
+    """The Arrow files of a dataset folder written by Hugging Face `datasets` (`save_to_disk`), every split's."""
+    if (folder / "dataset_dict.json").is_file():
+        splits = _json_file(folder / "dataset_dict.json", path).get("splits", [])
+        return [file for split in splits for file in _hugging_face_files(folder / split, path)]
+    if (folder / "state.json").is_file():
+        state = _json_file(folder / "state.json", path)
+        return [str(folder / entry["filename"]) for entry in state.get("_data_files", [])]
+    raise JobError(
+        f"{path}: key 'inputs': {folder} is a folder but not a Hugging Face dataset (no state.json or "
+        "dataset_dict.json); name its files, or a glob such as 'folder/*.parquet'"
+    )
+
+
+def _json_file(file: Path, path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise JobError(f"{path}: key 'inputs': cannot read {file}: {exc}") from None
+
+
+def _check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> None:
+    """Each local dataset input (and the first remote one) has the columns `[dataset]` maps (JSONL: the first
+    object has the text field); refused at load, with the file and the columns it has. Remote files after the first
+    are checked by their tasks."""
+    wanted = job.dataset.mapped()
+    remote_checked = False
+    for source in inputs:
+        fmt = dataset_format(source)
+        if fmt is None or ("://" in source and remote_checked):
+            continue
+        remote_checked = remote_checked or "://" in source
+        try:
+            with fsspec.open(source, "rb", compression="infer") as stream:
+                columns = input_columns(stream, fmt)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise JobError(f"{path}: key 'inputs': cannot read {source} as {fmt}: {exc}") from None
+        # A JSONL line may lack an optional field; its first object must have the text.
+        required = {"text": wanted["text"]} if fmt == "jsonl" else wanted
+        absent = {key: name for key, name in required.items() if name not in columns}
+        if absent:
+            keys = ", ".join(f"dataset.{key} = {name!r}" for key, name in absent.items())
+            raise JobError(
+                f"{path}: {source} has no column for {keys}; its columns are: {', '.join(columns) or 'none'}. "
+                "Set the [dataset] keys to its column names"
+            )
 
 
 def read_toml(path: Path) -> tuple[dict, bytes]:
@@ -174,6 +232,8 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
             raise JobError(f"{path}: key 'extract.lid_model': no such file {lid!r}")
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
+    inputs = _expand_inputs(job, path)
+    _check_dataset_columns(job, path, inputs)
     return job.model_copy(
         update={
             "rule_settings": rule_settings,
@@ -182,7 +242,7 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
             "output": _resolve_path(output, Path.cwd()) if output else _resolve_path(job.output, path.parent),
             "source_file": str(path.resolve()),
             "source_sha256": source_sha256,
-            "resolved_inputs": _expand_inputs(job, path),
+            "resolved_inputs": inputs,
         }
     )
 

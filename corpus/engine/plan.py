@@ -12,23 +12,36 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+import fsspec
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from corpus.config.job import Job
 from corpus.engine.keys import annotate_fingerprint
 from corpus.engine.run_folder import PLAN, RunFolder
 from corpus.rulebook import CorpusRule, Rule, discover
+from corpus.stages.dataset import DatasetOptions, byte_parts, dataset_format, row_group_parts, splittable
 
 PLAN_SCHEMA = pa.schema([("ordinal", pa.int64()), ("id", pa.string()), ("source", pa.string())])
 
 
 @dataclass(frozen=True)
 class Shard:
-    """One input file: its ordinal in the plan (the high half of a document reference), id and source."""
+    """One input file, or one part of a large dataset file: its ordinal in the plan (the high half of a document
+    reference), id and source; `part`: row groups (Parquet) or bytes (JSONL) [start, stop), None for a whole file."""
 
     ordinal: int
     id: str
     source: str
+    part: tuple[int, int] | None = None
+
+    @property
+    def label(self) -> str:
+        """What a failure is reported under: the input, and which part of it."""
+        if self.part is None:
+            return self.source
+        unit = "row groups" if dataset_format(self.source) == "parquet" else "bytes"
+        return f"{self.source} ({unit} {self.part[0]}-{self.part[1]})"
 
 
 @dataclass(frozen=True)
@@ -40,14 +53,35 @@ class Plan:
 def shard_id(source: str) -> str:
     """Readable and stable: the file name without extensions, plus a short hash of the full source."""
     name = source.rstrip("/").rsplit("/", 1)[-1]
-    stem = re.sub(r"\.(warc|wet|arc)(\.(gz|zst|lz4))?$", "", name, flags=re.IGNORECASE)
+    stem = re.sub(r"\.(warc|wet|arc|parquet|jsonl|ndjson|arrow)(\.(gz|zst|lz4))?$", "", name, flags=re.IGNORECASE)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:80] or "input"
     return f"{stem}-{hashlib.sha1(source.encode()).hexdigest()[:8]}"
 
 
+def input_parts(source: str, options: DatasetOptions) -> list[tuple[int, int] | None]:
+    """The parts a dataset input splits into (one task each); [None] for a crawl file or an unsplittable input."""
+    fmt = dataset_format(source)
+    if fmt == "parquet":
+        with fsspec.open(source, "rb") as stream:
+            metadata = pq.ParquetFile(stream).metadata
+        counts = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+        parts = row_group_parts(counts, options.split_rows)
+    elif splittable(source):
+        fs, path = fsspec.core.url_to_fs(source)
+        parts = byte_parts(fs.size(path), options.split_bytes)
+    else:
+        return [None]
+    return parts if len(parts) > 1 else [None]
+
+
 def make_plan(job: Job) -> Plan:
-    shards = tuple(Shard(ordinal, shard_id(source), source) for ordinal, source in enumerate(job.resolved_inputs))
-    return Plan(options=job.model_copy(update={"resolved_inputs": ()}), shards=shards)
+    shards = []
+    for source in job.resolved_inputs:
+        parts = input_parts(source, job.dataset)
+        for part in parts:
+            suffix = "" if part is None else f"-part{part[0]:06d}"
+            shards.append(Shard(len(shards), shard_id(source) + suffix, source, part))
+    return Plan(options=job.model_copy(update={"resolved_inputs": ()}), shards=tuple(shards))
 
 
 def write_plan(folder: RunFolder, plan: Plan) -> None:

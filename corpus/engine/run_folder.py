@@ -135,6 +135,10 @@ class RunFolder:
             for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns):
                 yield pa.Table.from_batches([batch])
 
+    def parquet_schema(self, relative: str) -> pa.Schema:
+        with self.fs.open(self.path(relative), "rb") as fh:
+            return pq.ParquetFile(fh).schema_arrow
+
     def row_groups(self, relative: str) -> int:
         with self.fs.open(self.path(relative), "rb") as fh:
             return pq.ParquetFile(fh).num_row_groups

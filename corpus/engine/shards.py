@@ -1,6 +1,6 @@
-"""The per-input phase: one WARC/WET file through read -> prefilter -> extract -> annotate into
-`documents/<shard>.parquet`,
-or, when only the rules changed, a complete shard re-annotated from its stored documents (no WARC read again)."""
+"""The per-input phase: one WARC/WET file (or a dataset's part) through read -> prefilter -> extract -> annotate
+into `documents/<shard>.parquet`, or, when only the rules changed, a complete shard re-annotated from its stored
+documents (no input read again)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,25 @@ import time
 
 import fsspec
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from corpus import __version__
 from corpus.config.job import Job
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
-from corpus.engine.plan import Shard, document_rules
+from corpus.engine.plan import Shard, document_rules, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, shard_report_path
 from corpus.engine.tasks import Context, Task, kind
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
+from corpus.stages.dataset import (
+    arrow_schema,
+    dataset_format,
+    extra_fields,
+    identify_documents,
+    jsonl_extra_fields,
+    read_dataset,
+    stored_extra_fields,
+)
 from corpus.stages.dedup import add_dedup_keys, key_fields
 from corpus.stages.extract import extract_documents
 from corpus.stages.prefilter import prefilter_records
@@ -43,9 +53,36 @@ def shard_task(shard: Shard, key: str, stored: dict | None) -> Task:
     return Task("reannotate" if stored is not None else "extract", shard.id, key, shard_report_path(shard.id), shard)
 
 
+def _with_extras(documents: pa.Table, source: pa.Table, extras: list[pa.Field]) -> pa.Table:
+    """The stored documents with the input's own columns (a dataset's) after them."""
+    if not extras:
+        return documents
+    columns = [source.column(field.name) for field in extras]
+    return pa.Table.from_arrays([*documents.columns, *columns], schema=pa.schema([*documents.schema, *extras]))
+
+
+def _dataset_batches(job: Job, shard: Shard, stream):
+    """(the input's own fields, batches of documents with the read stage's counts) of a dataset shard."""
+    fmt = dataset_format(shard.source)
+    if fmt == "jsonl":
+        extras = jsonl_extra_fields()
+    elif fmt == "parquet":
+        extras = extra_fields(pq.ParquetFile(stream).schema_arrow, job.dataset)
+        stream.seek(0)
+    else:
+        extras = extra_fields(arrow_schema(stream), job.dataset)
+        stream.seek(0)
+    batches = read_dataset(
+        stream, shard.source, fmt, shard.part, job.dataset, job.read.batch_size, shard_id(shard.source)
+    )
+    return extras, batches
+
+
 @kind("extract", cpus=None)
 def process_shard(job: Job, task: Task, context: Context) -> dict:
-    """Run one shard end to end and return its report (written to `shards/<id>.json` by the runner)."""
+    """Run one shard end to end and return its report (written to `shards/<id>.json` by the runner): a crawl
+    file through read, prefilter, extract and annotate; a dataset's rows through the same stages, where reading
+    takes the text as given and `extract` only identifies languages."""
     shard = task.shard
     started = time.perf_counter()
     folder = RunFolder(job.output)
@@ -53,28 +90,34 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     before_extraction = [rule for rule in rules if rule.name in job.prefilter.rules]
     prefilter_thresholds = [t for t in job.thresholds if t.rule in job.prefilter.rules]
     totals = {stage: StageCounts(stage) for stage in STAGES}
-    with (
-        folder.parquet_writer(documents_path(shard.id), documents_schema(job)) as writer,
-        fsspec.open(shard.source, "rb") as stream,
-    ):
-        read_started = time.perf_counter()
-        for records in read_records(stream, shard.source, job.read):
-            records.counts.seconds = time.perf_counter() - read_started
-            pages = prefilter_records(records.table, before_extraction, prefilter_thresholds)
-            documents = extract_documents(pages.table, job.extract)
-            docs = DocumentBatch.from_table(documents.table.select(DOCUMENTS.names))  # split once for both
-            annotated = annotate_documents(documents.table, rules, docs)
-            chain = [records.counts, pages.counts, documents.counts, annotated.counts]
-            check_chain(chain, f"{shard.source}")
-            writer.write(add_dedup_keys(annotated.table, job.dedup, docs))
-            for counts in chain:
-                totals[counts.stage].merge(counts)
-            if context.on_progress:
-                context.on_progress(records.counts.received, documents.counts.kept)
+    dataset = dataset_format(shard.source) is not None
+    with fsspec.open(shard.source, "rb", compression="infer" if dataset else None) as stream:
+        extras, batches = (
+            _dataset_batches(job, shard, stream) if dataset else ([], read_records(stream, shard.source, job.read))
+        )
+        with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
             read_started = time.perf_counter()
+            for records in batches:
+                records.counts.seconds = time.perf_counter() - read_started
+                pages = prefilter_records(records.table, before_extraction, prefilter_thresholds)
+                if dataset:
+                    documents = identify_documents(pages.table, job.extract, identify_languages=not job.dataset.lang)
+                else:
+                    documents = extract_documents(pages.table, job.extract)
+                docs = DocumentBatch.from_table(documents.table.select(DOCUMENTS.names))  # split once for both
+                annotated = annotate_documents(documents.table, rules, docs)
+                chain = [records.counts, pages.counts, documents.counts, annotated.counts]
+                check_chain(chain, shard.label)
+                writer.write(_with_extras(add_dedup_keys(annotated.table, job.dedup, docs), documents.table, extras))
+                for counts in chain:
+                    totals[counts.stage].merge(counts)
+                if context.on_progress:
+                    context.on_progress(records.counts.received, documents.counts.kept)
+                read_started = time.perf_counter()
     return {
         "id": shard.id,
         "source": shard.source,
+        "part": shard.part,
         "fingerprint": fingerprint(job),
         "annotate_fingerprint": annotate_fingerprint(job),
         "corpus_version": __version__,
@@ -95,11 +138,12 @@ def reannotate_shard(job: Job, task: Task, context: Context) -> dict:
     report = folder.read_json(shard_report_path(shard.id))
     rules = document_rules(job)
     counts = StageCounts("annotate")
-    with folder.parquet_writer(documents_path(shard.id), documents_schema(job)) as writer:
+    extras = stored_extra_fields(folder.parquet_schema(documents_path(shard.id)))
+    with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
         for table in folder.iter_batches(documents_path(shard.id), job.read.batch_size):
             docs = DocumentBatch.from_table(table.select(DOCUMENTS.names))
             annotated = annotate_documents(table, rules, docs)
-            writer.write(add_dedup_keys(annotated.table, job.dedup, docs))
+            writer.write(_with_extras(add_dedup_keys(annotated.table, job.dedup, docs), table, extras))
             counts.merge(annotated.counts)
     return {
         **report,

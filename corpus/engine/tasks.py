@@ -41,7 +41,7 @@ class Task:
     @property
     def label(self) -> str:
         """What a failure is reported under: the input file of a shard task, else the task's id."""
-        return self.shard.source if self.shard is not None else self.id
+        return self.shard.label if self.shard is not None else self.id
 
 
 @dataclass(frozen=True)

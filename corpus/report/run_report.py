@@ -138,7 +138,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     fails = _failing_matrix(docs, rule_names)
     stages = view.stats["stages"]
 
-    funnel = [{"step": "WARC records", "documents": view.stats["totals"]["records"], "words": None, "tokens": None}]
+    funnel = [{"step": "records read", "documents": view.stats["totals"]["records"], "words": None, "tokens": None}]
     funnel.append({"step": "HTML responses", "documents": stages["read"]["kept"], "words": None, "tokens": None})
     remaining = np.ones(len(docs), bool)
     funnel.append({"step": "extracted", "documents": len(docs), **amount(remaining)})

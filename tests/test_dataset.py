@@ -1,0 +1,168 @@
+"""Dataset inputs: Parquet, JSONL and Hugging Face folders of real documents, filtered, deduplicated, accounted."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import real_documents, write_job
+
+from corpus.api import apply_rules
+from corpus.config.job import JobError, load_job
+from corpus.engine import run_job
+
+MAPPING = '[dataset]\ntext = "body"\nid = "doc_id"\nurl = "link"\n'
+RULES = '[annotate]\nrules = ["language", "gopher_quality", "gopher_repetition"]\n'
+RULES += '[rules.language]\nlanguages = ["en", "de"]\n'
+DEDUP = '[dedup]\nsteps = ["exact", "minhash"]\n[dedup.minhash]\nverify_threshold = 0.7\n'
+
+
+@pytest.fixture(scope="module")
+def documents() -> pa.Table:
+    """300 real documents, then 20 exact copies of the first 20 and 10 copies of the next 10 with a sentence added
+    (near duplicates), under their own ids; and a `crawl` column an input might carry."""
+    real = real_documents()
+    real = real.filter(pc.equal(real.column("lang"), "en")).slice(0, 300)
+    texts = real.column("text").to_pylist()
+    ids = real.column("id").to_pylist()
+    urls = real.column("url").to_pylist()
+    copies = [(f"copy-{i}", texts[i], urls[i]) for i in range(20)]
+    copies += [(f"near-{i}", texts[20 + i] + "\nShared on a forum.", urls[20 + i]) for i in range(10)]
+    return pa.table(
+        {
+            "doc_id": ids + [c[0] for c in copies],
+            "body": texts + [c[1] for c in copies],
+            "link": urls + [c[2] for c in copies],
+            "crawl": pa.array(range(330), pa.int32()),
+        }
+    )
+
+
+def _run(folder, inputs, extra):
+    job = load_job(write_job(folder, [str(i) for i in inputs], folder / "out", extra))
+    return job, run_job(job, use_ray=False)
+
+
+def _kept(folder) -> dict[str, tuple]:
+    selection = pq.read_table(folder / "out" / "selection")
+    return {
+        row["id"]: (row["kept"], row["first_failure"], row["duplicate_of"])
+        for row in selection.select(["id", "kept", "first_failure", "duplicate_of"]).to_pylist()
+    }
+
+
+@pytest.fixture(scope="module")
+def parquet_run(documents, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("parquet")
+    pq.write_table(documents, folder / "docs.parquet", row_group_size=50)
+    job, stats = _run(folder, [folder / "docs.parquet"], MAPPING + "split_rows = 100\n" + RULES + DEDUP)
+    return folder, stats
+
+
+def test_a_parquet_dataset_is_filtered_and_deduplicated_in_parts(parquet_run, documents):
+    folder, stats = parquet_run
+    assert stats["shards"] == {"planned": 4, "complete": 4, "skipped_complete": 0, "failed": 0}  # 7 groups of 50
+    read = stats["stages"]["read"]
+    assert (read["received"], read["kept"], read["dropped"], read["errors"]) == (330, 330, {}, {})
+    assert stats["stages"]["extract"]["dropped"] == {}  # no page to extract: the texts are taken as given
+    assert stats["totals"]["unaccounted"] == 0
+    decided = _kept(folder)
+    assert len(decided) == 330
+    for i in range(20):  # every exact copy is dropped as one, pointing at its original (if that was kept)
+        original = documents.column("doc_id")[i].as_py()
+        if decided[original][0]:
+            assert decided[f"copy-{i}"] == (False, "exact_duplicate", original)
+    originals = [documents.column("doc_id")[20 + i].as_py() for i in range(10)]
+    near = [decided[f"near-{i}"] for i, original in enumerate(originals) if decided[original][0]]
+    assert len(near) >= 5 and all(reason == "minhash_duplicate" for _, reason, _ in near)
+    dedup = stats["stages"]["dedup"]["dropped"]
+    assert dedup["exact_duplicate"] >= 10 and dedup["minhash_duplicate"] >= len(near)  # and natural ones
+    # the selection before dedup is what corpus.api decides for the same documents
+    given = pa.table({"id": documents["doc_id"], "text": documents["body"], "url": documents["link"]})
+    api = apply_rules(
+        given,
+        rules=["language", "gopher_quality", "gopher_repetition"],
+        settings={"language": {"languages": ["en", "de"]}},
+    )
+    rule_selection = pq.read_table(folder / "out" / "rule_selection").sort_by("id")
+    api = api.sort_by("id")
+    assert rule_selection.column("id").equals(api.column("id"))
+    assert rule_selection.column("first_failure").to_pylist() == api.column("first_failure").to_pylist()
+    stored = pq.read_table(folder / "out" / "documents")
+    assert stored.schema.field("crawl").type == pa.int32()  # the input's own column, with its type
+    assert sorted(stored.column("crawl").to_pylist()) == list(range(330))
+    assert "body" not in stored.column_names and "doc_id" not in stored.column_names  # mapped, not copied
+
+
+def test_a_jsonl_dataset_decides_as_the_same_parquet_and_accounts_for_bad_lines(
+    parquet_run, documents, tmp_path_factory
+):
+    folder = tmp_path_factory.mktemp("jsonl")
+    lines = [json.dumps(row) for row in documents.to_pylist()]
+    bad = {100: "{not json", 200: json.dumps({"doc_id": "nul", "body": None}), 250: json.dumps(["a", "list"])}
+    bad[300] = json.dumps({"doc_id": "num", "body": 42, "link": None})
+    for at in sorted(bad, reverse=True):
+        lines.insert(at, bad[at])
+    (folder / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    job, stats = _run(folder, [folder / "docs.jsonl"], MAPPING + "split_bytes = 500000\n" + RULES + DEDUP)
+    assert stats["shards"]["complete"] == stats["shards"]["planned"] > 2
+    read = stats["stages"]["read"]
+    assert read["received"] == 334 and read["kept"] == 330
+    assert read["dropped"] == {"text_missing": 1, "text_not_string": 1}
+    assert read["errors"] == {"json_parse_error": 2}
+    errors = sorted(stats["error_examples"], key=lambda e: e["offset"])
+    assert [e["message"].split(":")[0] for e in errors] == ["line 101", "line 253"]  # 1-based, after the inserts
+    assert errors[1]["message"] == "line 253: a JSON list, not an object"
+    text = (folder / "docs.jsonl").read_bytes()
+    assert text[errors[0]["offset"] :].startswith(b"{not json") and errors[0]["source"].endswith("docs.jsonl")
+    assert _kept(folder) == _kept(parquet_run[0])  # the same documents, the same decisions
+    stored = pq.read_table(folder / "out" / "documents", columns=["id", "metadata"])
+    metadata = dict(zip(stored.column("id").to_pylist(), stored.column("metadata").to_pylist(), strict=True))
+    assert json.loads(metadata["copy-3"]) == {"crawl": 303}  # the other fields of the line, as JSON
+
+
+def test_compressed_jsonl_and_a_hugging_face_folder(documents, tmp_path):
+    datasets = pytest.importorskip("datasets", reason="the dev extra installs Hugging Face datasets")
+    small = documents.slice(0, 40)
+    with gzip.open(tmp_path / "docs.jsonl.gz", "wt") as fh:
+        fh.writelines(json.dumps(row) + "\n" for row in small.to_pylist())
+    parts = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(small.slice(0, 30).to_pydict()),
+            "test": datasets.Dataset.from_dict(small.slice(30).to_pydict()),
+        }
+    )
+    parts.save_to_disk(str(tmp_path / "hf"))
+    job, stats = _run(tmp_path, [tmp_path / "docs.jsonl.gz", tmp_path / "hf"], MAPPING + RULES)
+    assert stats["shards"]["complete"] == 3  # the .gz whole, and one Arrow file per split
+    assert stats["stages"]["read"]["received"] == stats["stages"]["read"]["kept"] == 80
+    stored = pq.read_table(tmp_path / "out" / "documents", columns=["id", "source", "lang"])
+    sources = [source.removeprefix(str(tmp_path) + "/") for source in stored.column("source").to_pylist()]
+    assert {source: sources.count(source) for source in sources} == {
+        "docs.jsonl.gz": 40,
+        "hf/train/data-00000-of-00001.arrow": 30,
+        "hf/test/data-00000-of-00001.arrow": 10,
+    }
+    assert None not in stored.column("lang").to_pylist()  # identified, as no `lang` column is mapped
+
+
+def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(documents, tmp_path):
+    pq.write_table(documents.slice(0, 5), tmp_path / "docs.parquet")
+    job = write_job(tmp_path, [str(tmp_path / "docs.parquet")], tmp_path / "out")
+    with pytest.raises(JobError, match=r"docs.parquet has no column for dataset.text = 'text'; its columns are: "
+                       r"doc_id, body, link, crawl"):  # fmt: skip
+        load_job(job)
+    (tmp_path / "lines.jsonl").write_text(json.dumps({"content": "x"}) + "\n")
+    job = write_job(tmp_path, [str(tmp_path / "lines.jsonl")], tmp_path / "out", MAPPING)
+    with pytest.raises(
+        JobError, match=r"lines.jsonl has no column for dataset.text = 'body'; its columns are: content"
+    ):
+        load_job(job)
+    (tmp_path / "folder").mkdir()
+    job = write_job(tmp_path, [str(tmp_path / "folder")], tmp_path / "out")
+    with pytest.raises(JobError, match="is a folder but not a Hugging Face dataset"):
+        load_job(job)
