@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared, write_job
+from conftest import REPO, shared, write_job
 from corpus.stages.read import ReadOptions, read_records
 
 from corpus.api import (
@@ -157,6 +157,18 @@ def test_exact_duplicate_lines_gives_the_line_dedup_rules_signals(run):
     assert pc.sum(found.column("lines_removed")).as_py() > 0
     exact = exact_duplicate_lines(documents.select(["id", "text"]), max_copies=2, normalise=False)
     assert pc.sum(exact.column("lines_removed")).as_py() <= pc.sum(found.column("lines_removed")).as_py()
+
+
+def test_the_readmes_from_python_example_runs_and_finds_what_it_says():
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## From Python") :]
+    code = section[section.index("```python") + len("```python") : section.index("```\n", section.index("```python"))]
+    names: dict = {}
+    exec(compile(code, "README.md", "exec"), names)
+    assert names["langs"] == ["en"] and names["masked"] == "Write to <EMAIL> from <IP_ADDRESS>."
+    assert names["table"].column("kept").to_pylist() == [True, False]
+    assert names["clusters"].column("duplicate_of").to_pylist() == [None, "0", None]
+    assert names["lines"].column("lines_removed").to_pylist() == [1, 1]
 
 
 def test_the_api_refuses_bad_arguments_with_what_to_do():
