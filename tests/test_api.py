@@ -182,3 +182,16 @@ def test_the_api_refuses_bad_arguments_with_what_to_do():
         apply_rules(["x"], rules=["gopher_quality"], thresholds={"gopher_quality": {"wordz": {"min": 1}}})
     with pytest.raises(ValueError, match="one distinct id per text"):
         near_duplicates(["a", "b"], ids=["1", "1"])
+
+
+def test_the_try_rules_notebook_runs_on_the_sample_and_draws_its_figure():
+    nbformat = pytest.importorskip("nbformat", reason="the notebooks extra runs notebooks headless")
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(REPO / "notebooks" / "try_rules.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type in ("error",) or output.get("name") == "stderr"]
+    text = "".join(output.get("text", "") for output in outputs)
+    assert "282 pages, 280 with a main text" in text and "kept 177 of 280" in text
+    assert sum("image/png" in output.get("data", {}) for output in outputs) == 1
