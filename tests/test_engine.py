@@ -183,3 +183,30 @@ def test_a_run_written_to_an_fsspec_url_is_read_back_by_the_report_and_the_token
     sequences = list(TokenStream(url, 63))
     assert sum(len(s) for s in sequences) == stats["tokens"]["tokens"]
     fsspec.filesystem("memory").rm(f"/runs/{tmp_path.name}", recursive=True)
+
+
+def test_numba_compiles_into_the_users_cache_folder_and_says_so_once(tmp_path):
+    """Kernels are cached under $XDG_CACHE_HOME/corpus/numba, never beside the sources; the first process to find
+    that folder empty says in one line that it compiles, the next one is silent."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    environment = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "CORPUS_NUMBA_NOTICE")}
+    environment["XDG_CACHE_HOME"] = str(tmp_path)
+    code = "from corpus.rules.pii import mask_pii; from corpus.text.batch import DocumentBatch; "
+    code += "print(mask_pii(DocumentBatch(['call 555-123-4567 now']))[1])"
+    sources = [REPO / "corpus", REPO / "rules", REPO / "stages"]
+    before = {path for folder in sources for path in folder.rglob("*.nbi")}
+    first, second = (
+        subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
+        for _ in range(2)
+    )
+    assert first.stdout == second.stdout == "['call <PHONE> now']\n"
+    cache = tmp_path / "corpus" / "numba"
+    assert first.stderr == f"corpus: compiling Numba kernels on first use (about 20 s, once; cached in {cache})\n"
+    assert second.stderr == ""
+    assert any(cache.rglob("*.nbi"))
+    assert {path for folder in sources for path in folder.rglob("*.nbi")} == before  # nothing new in the sources
