@@ -147,6 +147,7 @@ def test_shipped_job_files_are_valid():
 
 def test_readme_documents_every_job_key():
     from corpus.stages.annotate import AnnotateOptions
+    from corpus.stages.dataset import DatasetOptions
     from corpus.stages.dedup import DedupOptions, MinHashOptions
     from corpus.stages.extract import ExtractOptions
     from corpus.stages.prefilter import PrefilterOptions
@@ -156,7 +157,7 @@ def test_readme_documents_every_job_key():
     from corpus.config.job import INTERNAL_FIELDS, RayOptions
 
     readme = (REPO / "README.md").read_text()
-    sections = {"read", "prefilter", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
+    sections = {"read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
     from corpus.config.ablation import AblationJob
@@ -173,6 +174,7 @@ def test_readme_documents_every_job_key():
         assert f"| `{key}" in readme, key
     for section, model in (
         ("read", ReadOptions),
+        ("dataset", DatasetOptions),
         ("prefilter", PrefilterOptions),
         ("extract", ExtractOptions),
         ("annotate", AnnotateOptions),
