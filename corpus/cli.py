@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -45,23 +47,52 @@ def summary_table(stats: dict) -> Table:
     return table
 
 
+def _write_failure(exc: OSError, output: str) -> str:
+    """What a failed write of the run's own files means, and what to do about it."""
+    where = exc.filename or output
+    if exc.errno == errno.ENOSPC:
+        advice = "make room and run the same command again to resume; complete shards are kept"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "the output folder is not writable: fix its permissions or choose another with --output"
+    else:
+        advice = "fix that and run the same command again to resume; complete shards are kept"
+    return f"cannot write the run's files ({exc.strerror or exc}: {where}); {advice}"
+
+
+def _interrupted(job, signal_number: int) -> int:
+    from corpus.engine import completed_shards
+
+    complete, planned = completed_shards(job)
+    print(
+        f"\ncorpus: interrupted: {complete:,} of {planned:,} shards complete; run the same command to resume",
+        file=sys.stderr,
+    )
+    return 128 + signal_number
+
+
 def _run(args: argparse.Namespace) -> int:
     from corpus.engine import run_job
 
     console = Console(width=None if sys.stdout.isatty() else 110)
+    job = None
+
+    def terminate(signal_number, frame):  # a plain kill: stop like Ctrl-C, so Ray's local cluster goes too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         job = load_job(args.job, output=args.output)
-        stats = run_job(job, use_ray=not args.no_ray)
+        stats = run_job(job, use_ray=not args.no_ray, verbose=args.verbose)
     except (JobError, OutputLocked) as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # the output folder itself failed: a full disk, a lost mount
-        print(
-            f"corpus: cannot write the run's files ({exc.strerror or exc}: {exc.filename or job.output}); complete "
-            "shards are kept: make room and run the same command again to resume",
-            file=sys.stderr,
-        )
+    except OSError as exc:  # the output folder itself failed: a full disk, a lost mount, no permission
+        print(f"corpus: {_write_failure(exc, job.output if job else args.output or args.job)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if job is None:
+            return 130
+        return _interrupted(job, signal.SIGINT)
     console.print(summary_table(stats))
     for source, error in stats["failed_shards"].items():
         console.print(f"[red]failed shard {source}: {error}")
@@ -108,10 +139,10 @@ def _rules_list(args: argparse.Namespace) -> int:
     console = Console(soft_wrap=True)
     for name, rule in discover().items():
         console.print(f"[bold]{rule.versioned_name()}[/]  {rule.summary()}")
-        for signal in rule.signals:
-            bounds = rule.defaults.get(signal.name, {})
+        for declared in rule.signals:
+            bounds = rule.defaults.get(declared.name, {})
             default = " ".join(f"{bound} {value}" for bound, value in bounds.items()) or "-"
-            console.print(f"   {name}.{signal.name:<28} {str(signal.type):<8} {default:<14} {signal.meaning}")
+            console.print(f"   {name}.{declared.name:<28} {str(declared.type):<8} {default:<14} {declared.meaning}")
         for option, field in rule.Options.model_fields.items():
             value = "(required)" if field.is_required() else repr(field.get_default())
             console.print(f"   [dim]setting [rules.{name}] {option} = {value}")
@@ -347,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("job", help="a TOML job file, e.g. jobs/sample.toml")
     run.add_argument("--output", help="output folder or URL (overrides the job file's `output`)")
     run.add_argument("--no-ray", action="store_true", help="run shards one after another in this process")
+    run.add_argument("--verbose", action="store_true", help="show Ray's own logs (its workers' output and warnings)")
     run.set_defaults(handler=_run)
 
     tokenizer = commands.add_parser("tokenizer", help="train a tokenizer").add_subparsers(

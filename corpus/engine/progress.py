@@ -12,7 +12,8 @@ LOG_EVERY_S = 10.0
 
 
 class RunProgress:
-    def __init__(self, total_shards: int, skipped: int, stream=None):
+    def __init__(self, total_shards: int, skipped: int, stream=None, where: str = ""):
+        """`where`: where the shards run ("in this process", "on a local Ray cluster ..."): the run's first line."""
         self.stream = stream or sys.stderr
         self.total = total_shards
         self.done = skipped
@@ -21,6 +22,8 @@ class RunProgress:
         self.started = time.perf_counter()
         self._last_log = 0.0
         self._bar = None
+        if where:
+            self._log(f"running {where}")
         if self.stream.isatty():
             self._bar = Progress(
                 TextColumn("[bold]shards"),
@@ -54,6 +57,13 @@ class RunProgress:
         elif time.perf_counter() - self._last_log >= LOG_EVERY_S:
             self._last_log = time.perf_counter()
             self._log(f"shards {self.done}/{self.total} · {self._detail()}")
+
+    def note(self, message: str) -> None:
+        """A line of its own (a phase starting, Ray starting later in the run)."""
+        if self._bar is not None:
+            self._bar.console.print(message)
+        else:
+            self._log(message)
 
     def shard_finished(self, shard_id: str, error: str | None = None) -> None:
         self.done += 1

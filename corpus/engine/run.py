@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 
 from corpus.config.job import Job, JobError
@@ -34,17 +35,53 @@ class StaleOutput(JobError):
     """The output folder holds shards made with other read/extract options."""
 
 
-def ensure_ray() -> None:
-    """Join the cluster `RAY_ADDRESS` names, or start a local one, once per process."""
+class RayUnavailable(JobError):
+    """`RAY_ADDRESS` names a cluster that does not answer."""
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not Ray's minutes of retries, when nothing listens at a host:port address."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms: Ray answers those quickly itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise RayUnavailable(
+            f"RAY_ADDRESS={address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+            "(`ray start --head`), fix the address, or unset RAY_ADDRESS to run on a local cluster of this machine"
+        ) from None
+
+
+def ensure_ray(verbose: bool = False) -> str:
+    """Join the cluster `RAY_ADDRESS` names, or start a local cluster of this run's own (never one that another
+    program left running on the machine), once per process. Returns where tasks run, in words. Ray's own logs
+    (its workers' output, its warnings) reach the terminal only when `verbose`."""
     import ray
 
     if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(logging_level=logging.WARNING)
+        address = os.environ.get("RAY_ADDRESS", "")
+        quiet = {"logging_level": logging.INFO if verbose else logging.ERROR, "log_to_driver": verbose}
+        if address:
+            _check_reachable(address)
+            try:
+                ray.init(address=address, **quiet)
+            except ConnectionError as exc:
+                found = "no Ray cluster is running on this machine" if address == "auto" else str(exc).split(". ")[0]
+                raise RayUnavailable(
+                    f"RAY_ADDRESS={address}: {found}; start one (`ray start --head`) or unset RAY_ADDRESS to run "
+                    "on a local cluster of this machine"
+                ) from None
         else:
-            # The cluster is ours and local: Ray's notice that it enabled token authentication is not the user's.
+            # Ours and local: Ray's notice that it enabled token authentication is not the user's business.
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+            ray.init(address="local", include_dashboard=False, **quiet)
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    if not os.environ.get("RAY_ADDRESS"):
+        return f"a local Ray cluster of this run's own ({cpus} CPUs)"
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    return f"the Ray cluster at {os.environ['RAY_ADDRESS']} ({nodes} node{'s' * (nodes != 1)}, {cpus} CPUs)"
 
 
 def _progress_actor():
@@ -71,26 +108,41 @@ def _progress_actor():
 
 
 class Runners:
-    """The in-process runner, and Ray's, started the first time a phase needs it."""
+    """The in-process runner, and Ray's, started the first time a phase needs it; says where each one runs."""
 
-    def __init__(self, options: Job, use_ray: bool, progress: RunProgress | None):
+    def __init__(self, options: Job, use_ray: bool, verbose: bool = False):
         self.options = options
         self.use_ray = use_ray
-        self.progress = progress
-        self.totals = [0, 0]
+        self.verbose = verbose
+        self.progress: RunProgress | None = None
+        self.live = [0, 0]  # records and documents the running shards reported so far
+        self.finished = [0, 0]  # the same, from the reports of finished shards: exact, never behind
         self.inline = InlineRunner(self._count)
+        self.where_ray = ""
         self._ray: RayRunner | None = None
         self._counter = None
 
     def _count(self, records: int, documents: int) -> None:
-        self.totals[0] += records
-        self.totals[1] += documents
+        self.live[0] += records
+        self.live[1] += documents
+        self._show()
+
+    def _show(self) -> None:
         if self.progress:
-            self.progress.update(*self.totals)
+            self.progress.update(*(max(live, done) for live, done in zip(self.live, self.finished, strict=True)))
+
+    def shard_done(self, report: dict | None) -> None:
+        """A finished shard's own counts, so the line is current when a shard ends (Ray's live counts lag)."""
+        if report is not None and not report.get("skipped"):
+            self.finished[0] += report["stages"]["read"]["received"]
+            self.finished[1] += (report["documents"] or {}).get("rows", 0)
+        self.poll_progress()
 
     def ray(self) -> RayRunner:
         if self._ray is None:
-            ensure_ray()
+            self.where_ray = "on " + ensure_ray(self.verbose)
+            if self.progress is not None:
+                self.progress.note(f"running {self.where_ray}")
             self._counter = _progress_actor()
             self._ray = RayRunner(self.options, self._counter, on_tick=self.poll_progress)
         return self._ray
@@ -98,15 +150,20 @@ class Runners:
     def pick(self, needs_workers: bool):
         return self.ray() if self.use_ray and needs_workers else self.inline
 
-    def poll_progress(self) -> None:
-        if self._counter is None or self.progress is None:
-            return
-        import ray
+    def where(self, runner) -> str:
+        if runner is self.inline:
+            return "in this process" + (" (--no-ray)" if not self.use_ray else ": nothing here needs Ray's workers")
+        return self.where_ray
 
-        try:
-            self.progress.update(*ray.get(self._counter.totals.remote()))
-        except ray.exceptions.RayActorError:
-            self._counter = None  # progress is a nicety: the run goes on without its live line
+    def poll_progress(self) -> None:
+        if self._counter is not None:
+            import ray
+
+            try:
+                self.live = list(ray.get(self._counter.totals.remote()))
+            except ray.exceptions.RayActorError:
+                self._counter = None  # progress is a nicety: the run goes on without its live line
+        self._show()
 
 
 def _stored_reports(plan: Plan) -> dict[str, dict]:
@@ -127,6 +184,13 @@ def _stored_reports(plan: Plan) -> dict[str, dict]:
     return reports
 
 
+def completed_shards(job: Job) -> tuple[int, int]:
+    """(shards of the job's plan with a report in its output, shards planned): what an interrupted run leaves."""
+    plan = make_plan(job)
+    present = documents_folder(plan.options).listed("shards")
+    return sum(shard_report_path(shard.id) in present for shard in plan.shards), len(plan.shards)
+
+
 class PhaseClock:
     """Wall seconds of each phase of a run, lap by lap."""
 
@@ -140,17 +204,18 @@ class PhaseClock:
         self._last = now
 
 
-def run_job(job: Job, use_ray: bool = True, progress_stream=None) -> dict:
-    """Run (or resume) a job; returns its stats, also written to `stats.json` in the output folder."""
+def run_job(job: Job, use_ray: bool = True, progress_stream=None, verbose: bool = False) -> dict:
+    """Run (or resume) a job; returns its stats, also written to `stats.json` in the output folder. `verbose`: Ray's
+    own logs reach the terminal."""
     folder = RunFolder(job.output)
     folder.lock()
     try:
-        return _run(job, folder, use_ray, progress_stream)
+        return _run(job, folder, use_ray, progress_stream, verbose)
     finally:
         folder.unlock()
 
 
-def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
+def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: bool) -> dict:
     started = time.perf_counter()
     clock = PhaseClock()
     folder.remove_temporaries()
@@ -171,15 +236,16 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
             f"{job.documents_from} lacks {len(work)} shard(s) with this job's signals (first: "
             f"{work[0].shard.source}): run the documents job to completion first; a variant only selects"
         )
-    progress = RunProgress(len(plan.shards), len(plan.shards) - len(work), progress_stream)
-    runners = Runners(options, use_ray, progress)
+    runners = Runners(options, use_ray, verbose)
+    extractor = runners.pick(needs_workers=bool(work))
+    progress = RunProgress(len(plan.shards), len(plan.shards) - len(work), progress_stream, runners.where(extractor))
+    runners.progress = progress
     failed: dict[str, str] = {}
 
-    def finished(task, error) -> None:
-        runners.poll_progress()
+    def finished(task, report, error) -> None:
+        runners.shard_done(report)
         progress.shard_finished(task.id, error)
 
-    extractor = runners.pick(needs_workers=bool(work))
     try:
         extracted = run_phase(extractor, options, work, failed, finished)
     finally:
@@ -244,7 +310,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream) -> dict:
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
     stats = summarize(options, ordered, selections, failed, time.perf_counter() - started, thresholds, tokenized)
-    stats["runners"] = {"extract": extractor.name, "select onwards": runner.name}  # where the phases ran
+    stats["runners"] = {"extract": runners.where(extractor), "select onwards": runners.where(runner)}
     stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where
     folder.write_json(STATS, stats)
     folder.write_json(

@@ -199,7 +199,7 @@ class DryRunner:
 
 def run_phase(runner, options: Job, tasks: Iterable[Task], failed: dict[str, str], on_done=None) -> dict[str, dict]:
     """Run tasks; returns the reports by task id, adds failures to `failed` (by input file or task id).
-    `on_done(task, error)` is told of each task as it finishes."""
+    `on_done(task, report, error)` is told of each task as it finishes."""
     reports: dict[str, dict] = {}
     for task, report, error in runner.run(options, tasks):
         if error is None:
@@ -207,5 +207,5 @@ def run_phase(runner, options: Job, tasks: Iterable[Task], failed: dict[str, str
         else:
             failed[task.label] = error
         if on_done is not None:
-            on_done(task, error)
+            on_done(task, report, error)
     return reports
