@@ -99,3 +99,43 @@ def test_losing_a_node_mid_job_loses_and_doubles_no_shard(clean_run, tmp_path):
     assert stats["shards"]["complete"] == len(job.resolved_inputs)
     assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
     assert shard_files(result["out"]) == shard_files(clean_out)  # each shard once, byte for byte
+
+
+def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_machine(tmp_path):
+    """`ray start` leaves a cluster (and its address in Ray's current-cluster file) that a bare `ray.init()` would
+    join; a run starts its own local cluster instead, says so first, and the other cluster never sees it."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import uuid
+
+    current = Path("/tmp/ray/ray_current_cluster")  # where `ray start` records the cluster a bare init() joins
+    saved = current.read_bytes() if current.exists() else None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    temp_dir = f"/tmp/raytmp_foreign_{uuid.uuid4().hex[:8]}"
+    environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    start = ["ray", "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"]
+    subprocess.run([*start, "--disable-usage-stats", f"--temp-dir={temp_dir}"], env=environment, check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    try:
+        inputs = _sample_in_two_shards(tmp_path)
+        job = write_job(tmp_path, inputs, tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
+        run = subprocess.run([sys.executable, "-m", "corpus.cli", "run", str(job)], env=environment,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        first = run.stderr.splitlines()[0]
+        assert first.endswith(f"running on a local Ray cluster of this run's own ({os.cpu_count()} CPUs)"), first
+        check = "import ray; ray.init(address='127.0.0.1:%d', log_to_driver=False); print(len(ray.state.jobs()))"
+        token = {**environment, "RAY_AUTH_MODE": "token"}  # the token `ray start` made, as a second node needs it
+        jobs = subprocess.run([sys.executable, "-c", check % port], env=token, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        assert jobs.stdout.strip() == "1", jobs.stderr  # only this check's own driver ever joined it
+    finally:
+        subprocess.run(["pkill", "-9", "-f", temp_dir], check=False)
+        if saved is None:
+            current.unlink(missing_ok=True)
+        else:
+            current.write_bytes(saved)
