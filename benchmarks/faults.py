@@ -161,12 +161,16 @@ def run_case(name: str, data: bytes, base_path: Path, work: Path) -> dict:
             "crashed": f"{type(exc).__name__}: {exc}"[:200],
             "seconds": time.perf_counter() - started,
         }
-    hostile = next(s for s in stats["per_shard"].values() if s["source"].endswith("hostile.warc.gz"))
+    hostile = next((s for s in stats["per_shard"].values() if s["source"].endswith("hostile.warc.gz")), None)
+    if hostile is None:  # nothing of it could be read: its shard failed, to be retried by the next run
+        hostile = {"stages": {stage: {"received": 0, "dropped": {}, "errors": {}} for stage in ("read", "extract")}}
+        hostile["stages"]["annotate"] = hostile["stages"]["extract"]
     read = hostile["stages"]["read"]
     named = {**read["dropped"], **read["errors"]}
     for stage in ("extract", "annotate"):
         named.update({f"{stage}: {k}": v for k, v in hostile["stages"][stage]["errors"].items()})
         named.update({f"{stage}: {k}": v for k, v in hostile["stages"][stage]["dropped"].items()})
+    named.update({f"failed: {error.split(':')[0]}": 1 for error in stats["failed_shards"].values()})
     return {
         "fault": name,
         "crashed": None,

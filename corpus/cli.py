@@ -94,8 +94,8 @@ def _run(args: argparse.Namespace) -> int:
             return 130
         return _interrupted(job, signal.SIGINT)
     console.print(summary_table(stats))
-    for source, error in stats["failed_shards"].items():
-        console.print(f"[red]failed shard {source}: {error}")
+    for source, error in stats["failed_shards"].items():  # whole lines: a path or message to copy, unwrapped
+        console.print(f"[red]failed shard {escape(source)}: {escape(error)}", soft_wrap=True)
     if stats["failed_shards"]:
         console.print("[red]Some shards failed; run the same command again to retry just those.")
         return 1

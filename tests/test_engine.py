@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import pickle
 
 import numpy as np
@@ -211,3 +212,30 @@ def test_numba_compiles_into_the_users_cache_folder_and_says_so_once(tmp_path):
     assert second.stderr == ""
     assert any(cache.rglob("*.nbi"))
     assert {path for folder in sources for path in folder.rglob("*.nbi")} == before  # nothing new in the sources
+
+
+def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_is_redone(tmp_path, capsys):
+    """Nothing of a text file named .warc.gz can be read: its shard fails (exit 1, named), is not complete, and
+    the run after a real WARC is copied over it reads it; a file replaced at the same path is extracted again."""
+    from corpus.cli import main
+
+    a, b = _two_shards(tmp_path)
+    real_b = (tmp_path / "b.warc.gz").read_bytes()
+    (tmp_path / "b.warc.gz").write_text("just some text, not a crawl\n")
+    job = write_job(tmp_path, [a, b], tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
+    assert main(["run", str(job), "--no-ray"]) == 1
+    printed = capsys.readouterr().out
+    assert f"failed shard {b}: InputFailed: {b}: no WARC record found; file starts with b'just some text, " in printed
+    assert main(["run", str(job), "--no-ray"]) == 1  # not marked complete: tried again, and fails again
+    assert "1 / 2 (1 from an earlier run)" in capsys.readouterr().out
+    (tmp_path / "b.warc.gz").write_bytes(real_b)
+    assert main(["run", str(job), "--no-ray"]) == 0
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["shards"] == {"planned": 2, "complete": 2, "skipped_complete": 1, "failed": 0}
+    documents = stats["stages"]["extract"]["kept"]
+    (tmp_path / "a.warc.gz").write_bytes(real_b)  # another crawl at a's path: a's documents must be b's now
+    assert main(["run", str(job), "--no-ray"]) == 0
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["shards"]["skipped_complete"] == 1  # b only: a was extracted again
+    per_shard = {s["source"]: s["stages"]["extract"]["kept"] for s in stats["per_shard"].values()}
+    assert per_shard[a] == per_shard[b] and sum(per_shard.values()) != documents

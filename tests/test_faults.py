@@ -17,8 +17,8 @@ EXPECTED = {
     "member of random bytes": "warc_corrupt",
     "garbage WARC header": "missing_content_length",  # its garbage lines hold no Content-Length either
     "empty file": None,
-    "not a WARC": "not_warc",
-    "ARC file": "not_warc",
+    "not a WARC": "failed: InputFailed",  # nothing of it read: its shard fails, so the next run retries it
+    "ARC file": "failed: InputFailed",
     "decompression bomb": "decoded_too_large",
     "record of 200 MB": "record_too_large",
     "HTML nested 100,000 deep": "extract: empty_text",
@@ -43,7 +43,13 @@ def test_a_fault_never_crashes_the_job_nor_loses_a_record_and_is_named(name, bas
     path, clean = base
     data = faults.cases(path.read_bytes())[name]()
     result = faults.run_case(name, data, path, tmp_path)
-    assert result["crashed"] is None and result["failed_shards"] == {}
+    failed = result["failed_shards"]
+    if EXPECTED[name] == "failed: InputFailed":
+        [(source, error)] = failed.items()
+        assert source.endswith("hostile.warc.gz") and "no WARC record found" in error and "WARC/WET files" in error
+    else:
+        assert failed == {}
+    assert result["crashed"] is None
     assert result["unaccounted"] == 0
     assert result["documents"] == clean  # the intact crawl beside it is read exactly as alone
     if EXPECTED[name] is not None:

@@ -24,7 +24,7 @@ from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, 
 from corpus.engine.progress import RunProgress
 from corpus.engine.run_folder import MANIFEST, STATS, RunFolder, shard_report_path
 from corpus.engine.select import resolve_quantiles, select_tasks
-from corpus.engine.shards import shard_key, shard_task
+from corpus.engine.shards import input_identity, shard_key, shard_task
 from corpus.engine.stats import summarize
 from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
 
@@ -191,6 +191,24 @@ def completed_shards(job: Job) -> tuple[int, int]:
     return sum(shard_report_path(shard.id) in present for shard in plan.shards), len(plan.shards)
 
 
+def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> list[str]:
+    """Ids of the stored shards whose input is no longer the file they were made from (size, ETag or mtime);
+    inputs are looked up concurrently, as object stores answer one request at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    recorded = [(shard, stored[shard.id]["input"]) for shard in plan.shards if "input" in stored.get(shard.id, {})]
+    with ThreadPoolExecutor(32) as pool:
+        now = list(pool.map(lambda entry: _identity_or_none(entry[0].source), recorded))
+    return [shard.id for (shard, before), current in zip(recorded, now, strict=True) if current != before]
+
+
+def _identity_or_none(source: str) -> dict | None:
+    try:
+        return input_identity(source)
+    except (OSError, ValueError):
+        return None  # gone or unreadable: its task will say so
+
+
 class PhaseClock:
     """Wall seconds of each phase of a run, lap by lap."""
 
@@ -227,6 +245,10 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         folder.write_bytes("job.toml", fh.read())
 
     stored = _stored_reports(plan)
+    changed = [] if job.documents_from else _changed_inputs(plan, stored)
+    for shard_id in changed:  # made from another file at the same path: no longer complete, extracted again
+        del stored[shard_id]
+        folder.remove(shard_report_path(shard_id))
     clock.lap("plan")
     key = shard_key(options)
     work = [shard_task(shard, key, stored.get(shard.id)) for shard in plan.shards
@@ -274,7 +296,8 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
 
     thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
     selecting = options.model_copy(update={"thresholds": tuple(thresholds)})
-    selects = select_tasks(selecting, shards, corpus_key_of)
+    content_of = {shard.id: (reports[shard.id]["documents"] or {}).get("sha256", "") for shard in shards}
+    selects = select_tasks(selecting, shards, corpus_key_of, content_of)
     selections = run_phase(runner, selecting, selects, failed)
     shards = [shard for shard in shards if shard.id in selections]
     selection_keys = {task.id: task.key for task in selects}

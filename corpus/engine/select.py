@@ -78,8 +78,11 @@ def excluded_ids(path: str) -> pa.Array:
         raise RuntimeError(f"{path} (key 'exclude'): cannot read an `id` column: {exc}") from exc
 
 
-def select_tasks(job: Job, shards: list[Shard], corpus_key_of: dict[str, str]) -> list[Task]:
-    """A task per shard; its key: the shard's signals (and corpus signals), the thresholds and the exclusions."""
+def select_tasks(
+    job: Job, shards: list[Shard], corpus_key_of: dict[str, str], content_of: dict[str, str]
+) -> list[Task]:
+    """A task per shard; its key: the shard's signals (and corpus signals; `content_of`: the sha256 of its stored
+    documents, so a shard made again from a changed input is selected again), the thresholds and the exclusions."""
     from corpus.engine.shards import shard_key
 
     exclusions = content_sha256(job.exclude) if job.exclude and "://" not in job.exclude else job.exclude
@@ -87,7 +90,8 @@ def select_tasks(job: Job, shards: list[Shard], corpus_key_of: dict[str, str]) -
     tasks = []
     for shard in shards:
         marker = rule_selection_marker(shard.id) if job.dedup.steps else selection_marker(shard.id)
-        tasks.append(Task("select", shard.id, cache_key("select", *common, corpus_key_of[shard.id]), marker, shard))
+        key = cache_key("select", *common, corpus_key_of[shard.id], content_of[shard.id])
+        tasks.append(Task("select", shard.id, key, marker, shard))
     return tasks
 
 

@@ -37,6 +37,21 @@ from corpus.text.batch import DocumentBatch
 STAGES = ("read", "prefilter", "extract", "annotate")
 
 
+WHOLE_INPUT_ERRORS = ("not_warc",)
+
+
+class InputFailed(Exception):
+    """An input of which nothing could be read (not a WARC at all): its shard fails, so a rerun retries it."""
+
+
+def input_identity(source: str) -> dict:
+    """What tells this input from another file at the same path: its size, and its ETag or modification time."""
+    fs, path = fsspec.core.url_to_fs(source)
+    info = fs.info(path)
+    version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
+    return {"size": info.get("size"), "version": str(version)}
+
+
 def documents_schema(job: Job) -> pa.Schema:
     """The stored documents: `DOCUMENTS`, one column per document-rule signal, then the dedup keys."""
     return pa.schema([*annotated_schema(document_rules(job)), *key_fields(job.dedup)])
@@ -91,6 +106,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     prefilter_thresholds = [t for t in job.thresholds if t.rule in job.prefilter.rules]
     totals = {stage: StageCounts(stage) for stage in STAGES}
     dataset = dataset_format(shard.source) is not None
+    identity = input_identity(shard.source)  # before reading: a file replaced meanwhile is redone next run
     with fsspec.open(shard.source, "rb", compression="infer" if dataset else None) as stream:
         extras, batches = (
             _dataset_batches(job, shard, stream) if dataset else ([], read_records(stream, shard.source, job.read))
@@ -114,10 +130,14 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
                 if context.on_progress:
                     context.on_progress(records.counts.received, documents.counts.kept)
                 read_started = time.perf_counter()
+    unreadable = [r for r in totals["read"].error_records if r.error_class in WHOLE_INPUT_ERRORS]
+    if unreadable:  # nothing of the input was read: not complete, so the next run tries it again
+        raise InputFailed(f"{shard.label}: {unreadable[0].message}; corpus reads WARC/WET files and datasets")
     return {
         "id": shard.id,
         "source": shard.source,
         "part": shard.part,
+        "input": identity,
         "fingerprint": fingerprint(job),
         "annotate_fingerprint": annotate_fingerprint(job),
         "corpus_version": __version__,
