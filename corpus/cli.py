@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import re
 import signal
 import sys
 from dataclasses import fields
@@ -149,17 +150,42 @@ def _rules_list(args: argparse.Namespace) -> int:
     return 0
 
 
+class TryInputError(Exception):
+    """A file `corpus rules try` cannot take; the message says which and why."""
+
+
 def _documents_to_try(paths: list[str], limit: int):
-    """(name, text, url, lang) from text, HTML or documents-Parquet files; lang None where it is to be identified."""
+    """(name, text, url, lang) from text, HTML, WARC/WET or documents-Parquet files; lang None where it is to be
+    identified. WARC pages are extracted as a run extracts them."""
     import pyarrow.parquet as pq
 
     from corpus.api import extract_text
+    from corpus.stages.read import ReadOptions, read_records
 
     for path in paths:
+        if not Path(path).is_file():
+            what = "a folder, not a file" if Path(path).is_dir() else "no such file"
+            raise TryInputError(f"{path}: {what}; give text, HTML, WARC/WET or documents-Parquet files")
         if path.endswith(".parquet"):
             table = pq.read_table(path).slice(0, limit)
+            if "text" not in table.column_names:
+                raise TryInputError(f"{path} has no `text` column (columns: {', '.join(table.column_names)})")
             for row in table.select([c for c in ("id", "text", "url", "lang") if c in table.column_names]).to_pylist():
                 yield row.get("id") or path, row["text"], row.get("url"), row.get("lang")
+            continue
+        if re.search(r"\.(warc|wet)(\.gz)?$", path, re.IGNORECASE):
+            pages = 0
+            with open(path, "rb") as stream:
+                for batch in read_records(stream, path, ReadOptions()):
+                    for record in batch.table.to_pylist():
+                        if pages >= limit:
+                            break
+                        text = record["payload"].decode("utf-8", "replace").strip()
+                        if record["kind"] == "html":
+                            text = extract_text(record["payload"], record["url"], charset=record["http_charset"])
+                        if text:
+                            pages += 1
+                            yield record["url"] or record["id"], text, record["url"], None
             continue
         with open(path, "rb") as fh:
             data = fh.read()
@@ -194,7 +220,11 @@ def _rules_try(args: argparse.Namespace) -> int:
         )
         return 2
     console = Console(soft_wrap=True)
-    documents = list(_documents_to_try(args.files, args.limit))
+    try:
+        documents = list(_documents_to_try(args.files, args.limit))
+    except TryInputError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
     names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
     unknown = [i for i, lang in enumerate(langs) if lang is None]
     found, _ = identify_language([texts[i] for i in unknown])
@@ -453,8 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try_rule = rules.add_parser("try", help="a rule's signals, decision and offending span on files")
     try_rule.add_argument("rule")
-    try_rule.add_argument("files", nargs="+", help="text, .html or documents .parquet files")
-    try_rule.add_argument("--limit", type=int, default=10, help="documents per Parquet file")
+    try_rule.add_argument("files", nargs="+", help="text, .html, WARC/WET or documents .parquet files")
+    try_rule.add_argument("--limit", type=int, default=10, help="documents per Parquet or WARC file")
     try_rule.add_argument("--job", help="take the rule's settings and thresholds from this job file")
     try_rule.set_defaults(handler=_rules_try)
 

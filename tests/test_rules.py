@@ -9,6 +9,7 @@ from corpus.stages.select import Threshold, default_thresholds, select_documents
 
 from corpus.config.job import JobError, default_rule_order, load_job
 from corpus.rulebook import discover
+from corpus.sample.generate import SAMPLE_PATH
 from corpus.text.batch import DocumentBatch
 
 
@@ -365,6 +366,17 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     assert "DROP top_word.frac.max" in shown and "top_word.frac = 0.9524" in shown  # 40 of 42 words
     assert f"{page}  KEEP" in shown
     assert main(["rules", "try", "no_such_rule", str(spam)]) == 2
+    capsys.readouterr()
+    assert main(["rules", "try", "top_word", str(tmp_path)]) == 2
+    assert main(["rules", "try", "top_word", str(tmp_path / "missing.txt")]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        f"corpus: {tmp_path}: a folder, not a file; give text, HTML, WARC/WET or documents-Parquet files",
+        f"corpus: {tmp_path / 'missing.txt'}: no such file; give text, HTML, WARC/WET or documents-Parquet files",
+    ]
+    assert main(["rules", "try", "top_word", str(SAMPLE_PATH), "--limit", "3"]) == 0  # pages extracted, not bytes
+    shown = capsys.readouterr().out
+    assert shown.count("top_word.frac = ") == 3 and "https://" in shown and "\\x" not in shown
     # a corpus rule takes the files given as its corpus: a line in both is in 2 documents, not more than 1
     for name, story in (("a.txt", "Story one."), ("b.txt", "Story two.")):
         (tmp_path / name).write_text(f"{story}\nSubscribe now!\n")
