@@ -24,8 +24,8 @@ def summary_table(stats: dict) -> Table:
     totals = stats["totals"]
     throughput = stats["throughput"]
     table = Table(title=f"corpus run · {stats['job']} → {stats['output']}", show_header=True)
-    table.add_column("what")
-    table.add_column("count", justify="right")
+    table.add_column("what", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
     table.add_row("records read", f"{totals['records']:,}")
     for name, counts in stats["stages"].items():
         table.add_row(f"[bold]{name}[/]: received → kept", f"{counts['received']:,} → {counts['kept']:,}")
@@ -34,6 +34,10 @@ def summary_table(stats: dict) -> Table:
         for error_class, n in counts["errors"].items():
             table.add_row(f"   [red]error: {error_class}", f"[red]{n:,}")
     table.add_row("[bold]documents kept", f"[bold]{totals['kept']:,}")
+    if stats.get("tokens"):
+        tokens = stats["tokens"]
+        files = f"{tokens['files']:,} file" + ("s" if tokens["files"] != 1 else "")
+        table.add_row("tokens written", f"{tokens['tokens']:,} ({tokens['documents']:,} documents, {files})")
     shards = stats["shards"]
     table.add_row(
         "shards complete / planned",
@@ -127,10 +131,13 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from corpus.sample.generate import write_sample_warc
+    from corpus.sample.generate import write_sample_tokenizer, write_sample_warc
 
     count = write_sample_warc(args.out)
     print(f"wrote {count} pages to {args.out}")
+    if args.tokenizer:
+        write_sample_tokenizer(args.tokenizer)
+        print(f"wrote the sample's tokenizer to {args.tokenizer}")
     return 0
 
 
@@ -473,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")
+    sample.add_argument("--tokenizer", help="also write the sample job's tokenizer.json here (deterministic)")
     sample.set_defaults(handler=_sample)
 
     rules = commands.add_parser("rules", help="list rules, or try one on files").add_subparsers(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from corpus.cli import main
 from corpus.config.job import load_job
 from corpus.engine import OutputLocked, RunFolder, StaleOutput, run_job
 from corpus.engine.plan import document_rules, shard_id
-from corpus.sample.generate import SAMPLE_PATH, build_sample
+from corpus.sample.generate import SAMPLE_PATH, SAMPLE_TOKENIZER, build_sample, write_sample_tokenizer
 
 
 def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
@@ -97,10 +98,16 @@ def test_an_unreadable_input_fails_its_shard_and_a_rerun_retries_it(tmp_path, ca
     assert "documents kept" in capsys.readouterr().out
 
 
-def test_the_embedded_sample_is_rebuilt_byte_for_byte():
+def test_the_embedded_sample_is_rebuilt_byte_for_byte(tmp_path):
     data, pages = build_sample()
     assert data == SAMPLE_PATH.read_bytes()
     assert pages == 282
+    write_sample_tokenizer(tmp_path / "tokenizer.json")  # and its tokenizer: the same vocabulary and merges
+    rebuilt, shipped = (
+        json.loads(path.read_text())["model"] for path in (tmp_path / "tokenizer.json", SAMPLE_TOKENIZER)
+    )
+    assert rebuilt["vocab"] == shipped["vocab"] and rebuilt["merges"] == shipped["merges"]
+    assert len(shipped["vocab"]) == 2_000
 
 
 def test_sample_job_from_the_cli(tmp_path, capsys):
@@ -108,6 +115,9 @@ def test_sample_job_from_the_cli(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "records read" in printed and "880" in printed
     stats = json.loads((tmp_path / "sample" / "stats.json").read_text())
+    assert stats["tokens"]["documents"] == stats["totals"]["kept"] == 148  # all the way to token shards
+    assert "tokens written" in printed and f"{stats['tokens']['tokens']:,} (148 documents, 1 file)" in printed
+    assert pq.read_table(tmp_path / "sample" / "tokens" / "shards").num_rows == 148
     assert stats["stages"]["read"]["kept"] == 282
     assert stats["totals"]["unaccounted"] == 0
     langs = pq.read_table(tmp_path / "sample" / "documents", columns=["lang"]).column("lang").to_pylist()
@@ -119,7 +129,11 @@ def test_new_thresholds_and_new_rules_never_read_the_warc_again(tmp_path):
     shutil.copy(SAMPLE_PATH, source)
     rules = '[annotate]\nrules = ["gopher_quality"]\n'
     first = run_job(load_job(write_job(tmp_path, [str(source)], tmp_path / "out", rules)), use_ray=False)
-    source.write_bytes(b"not a crawl any more")  # reading it again would change every count
+    # Bytes that reading again would show (no record in them) under the same size and time, so the run still
+    # takes the file for the one it read: only the stored documents can give the counts below.
+    before = source.stat()
+    source.write_bytes(b"x" * before.st_size)
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
 
     stricter = rules + "[select.gopher_quality]\nwords.min = 400\n"
     second = run_job(load_job(write_job(tmp_path, [str(source)], tmp_path / "out", stricter)), use_ray=False)

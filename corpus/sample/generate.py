@@ -19,6 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 SAMPLE_PATH = Path(__file__).parent / "data" / "sample.warc.gz"
+SAMPLE_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+SAMPLE_VOCABULARY = 2_000
 SEED = 20261202
 CRAWL_START = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -355,6 +357,17 @@ def build_sample() -> tuple[bytes, int]:
     )
     warc.exchange("https://astronomy.example.org/robots.txt", next(clock), b"User-agent: *\nDisallow:\n", "text/plain")
     return b"".join(warc.members), warc.pages
+
+
+def write_sample_tokenizer(path: str | Path = SAMPLE_TOKENIZER) -> None:
+    """The sample job's tokenizer: byte-level BPE of `SAMPLE_VOCABULARY` tokens trained on the sentences the pages
+    are made of (every language), so the sample goes all the way to token shards with nothing downloaded."""
+    from corpus.stages.tokenize import train_tokenizer
+
+    texts = [sentence for bank in TOPICS.values() for sentence in bank]
+    texts += [sentence for bank in OTHER_LANGUAGES.values() for sentence in bank] + NAV_LINKS + FOOTER
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    train_tokenizer(texts, SAMPLE_VOCABULARY, str(path))
 
 
 def write_sample_warc(path: str | Path = SAMPLE_PATH) -> int:
