@@ -242,8 +242,8 @@ def extractor_settings(options: ExtractOptions) -> tuple:
     return tuple((name, tuple(v) if isinstance(v := getattr(options, name), list) else v) for name in fields)
 
 
-def extract_documents(records: pa.Table, options: ExtractOptions) -> StageResult:
-    """Documents (schema `DOCUMENTS`) from page records (schema `RECORDS`)."""
+def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None) -> StageResult:
+    """Documents (schema `DOCUMENTS`) from page records (schema `RECORDS`); `on_pages(n)`: told as pages are done."""
     started = time.perf_counter()
     counts = StageCounts(STAGE, received=records.num_rows)
     pages = zip(
@@ -254,7 +254,7 @@ def extract_documents(records: pa.Table, options: ExtractOptions) -> StageResult
         strict=True,
     )
     watchdog = watchdog_for(extractor_settings(options), options.timeout_s, options.memory_limit_mb)
-    replies = watchdog.extract(list(pages))
+    replies = watchdog.extract(list(pages), on_pages)
     kept = np.zeros(records.num_rows, np.bool_)
     columns: dict[str, list] = {"text": [], "charset": [], "lang": [], "lang_score": []}  # as PageExtractor replies
     for position, reply in enumerate(replies):

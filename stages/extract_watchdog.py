@@ -15,6 +15,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import cache
 
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
@@ -117,8 +118,9 @@ class ExtractionWatchdog:
         self.close()
         self.restarts += 1
 
-    def extract(self, pages: list[tuple]) -> list[tuple]:
-        """One reply per page, in order: `PageExtractor`'s, or (error class, message) for a page that killed it."""
+    def extract(self, pages: list[tuple], on_pages: Callable[[int], None] | None = None) -> list[tuple]:
+        """One reply per page, in order: `PageExtractor`'s, or (error class, message) for a page that killed it.
+        `on_pages(n)` is told as each chunk of n pages is done (a live progress line within a shard)."""
         results: list[tuple] = []
         while len(results) < len(pages):
             if self._process is not None and self._process.poll() is not None:
@@ -128,7 +130,11 @@ class ExtractionWatchdog:
             start = len(results)
             for chunk_start in range(start, len(pages), _SEND_CHUNK):
                 self._conn.send(pages[chunk_start : chunk_start + _SEND_CHUNK])
-                if not self._receive_chunk(results, min(_SEND_CHUNK, len(pages) - chunk_start)):
+                before = len(results)
+                complete = self._receive_chunk(results, min(_SEND_CHUNK, len(pages) - chunk_start))
+                if on_pages is not None:
+                    on_pages(len(results) - before)
+                if not complete:
                     break
         return results
 

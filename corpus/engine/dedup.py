@@ -264,9 +264,10 @@ def _remove_intermediates(folder: RunFolder, step: str) -> None:
 
 
 def deduplicate(job: Job, shards: list[Shard], select_keys: list[str], documents: int, plan_key: str,
-                runner, failed: dict[str, str]) -> str:  # fmt: skip
+                runner, failed: dict[str, str], note=None) -> str:  # fmt: skip
     """Run the dedup steps over the selected documents of `shards`; returns the key of their decisions (what the
-    final selection depends on), or "" when a task failed (its failure is in `failed`)."""
+    final selection depends on), or "" when a task failed (its failure is in `failed`). `note(line)`: told as
+    each step starts."""
     folder = RunFolder(job.output)
     key = cache_key("dedup", select_keys, job.dedup.model_dump(), [s.id for s in shards])
     for index, step in enumerate(job.dedup.steps):
@@ -274,6 +275,10 @@ def deduplicate(job: Job, shards: list[Shard], select_keys: list[str], documents
         key = cache_key(key, index, step, partitions)  # decided by the steps before
         base = (("step", step), ("partitions", partitions), ("plan", plan_key), ("index", index))
         decided = dedup_path(step, "decided.json")
+        if note is not None:
+            note(
+                f"dedup {step} ({index + 1} of {len(job.dedup.steps)}): {len(shards):,} shards, {partitions} partitions"
+            )
         if folder.done(decided, key) is None and not _run_step(job, shards, key, base, partitions, runner, failed):
             return ""
         folder.write_json(decided, {"key": key, "partitions": partitions, "shards": len(shards)})

@@ -11,6 +11,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 LOG_EVERY_S = 10.0
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 shard', '2 shards'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 class RunProgress:
     def __init__(self, total_shards: int, skipped: int, stream=None, where: str = ""):
         """`where`: where the shards run ("in this process", "on a local Ray cluster ..."): the run's first line."""
@@ -37,7 +42,7 @@ class RunProgress:
             self._task = self._bar.add_task("shards", total=total_shards, completed=skipped, detail="")
             self._bar.start()
         else:
-            self._log(f"{total_shards} shards, {skipped} already complete")
+            self._log(f"{counted(total_shards, 'shard')}, {skipped:,} already complete")
 
     def _rate(self) -> float:
         elapsed = time.perf_counter() - self.started

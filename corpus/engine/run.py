@@ -21,7 +21,7 @@ from corpus.engine import dedup as dedup_phase
 from corpus.engine import tokens as tokens_phase
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
-from corpus.engine.progress import RunProgress
+from corpus.engine.progress import RunProgress, counted
 from corpus.engine.run_folder import MANIFEST, STATS, RunFolder, shard_report_path
 from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import input_identity, shard_key, shard_task
@@ -284,6 +284,10 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
     corpus_key_of: dict[str, str] = {shard.id: "" for shard in shards}
     bucket_of: dict[str, tuple[int, str]] = {}
     if corpus_rules(options) and shards:
+        names = ", ".join(rule.name for rule in corpus_rules(options))
+        progress.note(
+            f"corpus rules ({names}): summarising {counted(len(shards), 'shard')}, then each against its bucket"
+        )
         summaries, combines, signals, bucket_of = corpus_phase.corpus_tasks(options, shards, reports, plan_key)
         summarized = run_phase(runner, options, summaries, failed)
         incomplete = {bucket_of[shard.id][0] for shard in shards if shard.id not in summarized}
@@ -294,6 +298,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
         clock.lap("corpus rules")
 
+    progress.note(f"select: {counted(len(shards), 'shard')}, {counted(documents, 'document')}")
     thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
     selecting = options.model_copy(update={"thresholds": tuple(thresholds)})
     content_of = {shard.id: (reports[shard.id]["documents"] or {}).get("sha256", "") for shard in shards}
@@ -305,7 +310,9 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
 
     if options.dedup.steps and shards:
         select_keys = [selection_keys[shard.id] for shard in shards]
-        dedup_key = dedup_phase.deduplicate(selecting, shards, select_keys, documents, plan_key, runner, failed)
+        dedup_key = dedup_phase.deduplicate(
+            selecting, shards, select_keys, documents, plan_key, runner, failed, progress.note
+        )
         if dedup_key:
             applies = [dedup_phase.apply_task(selecting, s, dedup_key, selection_keys[s.id]) for s in shards]
             selections = run_phase(runner, selecting, applies, failed)
@@ -317,6 +324,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
 
     tokenized = None
     if options.tokenize.tokenizer:
+        progress.note(f"tokenize: {counted(len(shards), 'shard')} into token files")
         tasks = tokens_phase.tokenize_tasks(selecting, shards, selection_keys, bucket_of)
         tokenize_failed: dict[str, str] = {}
         tokenized = run_phase(runner, selecting, tasks, tokenize_failed)

@@ -93,6 +93,18 @@ def _dataset_batches(job: Job, shard: Shard, stream):
     return extras, batches
 
 
+class _PagesTold:
+    """Counts pages into the live progress as they are extracted, and how many it told of the current batch."""
+
+    def __init__(self, on_progress):
+        self.on_progress = on_progress
+        self.count = 0
+
+    def __call__(self, pages: int) -> None:
+        self.count += pages
+        self.on_progress(pages, 0)
+
+
 @kind("extract", cpus=None)
 def process_shard(job: Job, task: Task, context: Context) -> dict:
     """Run one shard end to end and return its report (written to `shards/<id>.json` by the runner): a crawl
@@ -106,6 +118,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     prefilter_thresholds = [t for t in job.thresholds if t.rule in job.prefilter.rules]
     totals = {stage: StageCounts(stage) for stage in STAGES}
     dataset = dataset_format(shard.source) is not None
+    told = _PagesTold(context.on_progress)
     identity = input_identity(shard.source)  # before reading: a file replaced meanwhile is redone next run
     with fsspec.open(shard.source, "rb", compression="infer" if dataset else None) as stream:
         extras, batches = (
@@ -116,10 +129,11 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
             for records in batches:
                 records.counts.seconds = time.perf_counter() - read_started
                 pages = prefilter_records(records.table, before_extraction, prefilter_thresholds)
+                told.count = 0
                 if dataset:
                     documents = identify_documents(pages.table, job.extract, identify_languages=not job.dataset.lang)
                 else:
-                    documents = extract_documents(pages.table, job.extract)
+                    documents = extract_documents(pages.table, job.extract, told if context.on_progress else None)
                 docs = DocumentBatch.from_table(documents.table.select(DOCUMENTS.names))  # split once for both
                 annotated = annotate_documents(documents.table, rules, docs)
                 chain = [records.counts, pages.counts, documents.counts, annotated.counts]
@@ -128,7 +142,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
                 for counts in chain:
                     totals[counts.stage].merge(counts)
                 if context.on_progress:
-                    context.on_progress(records.counts.received, documents.counts.kept)
+                    context.on_progress(records.counts.received - told.count, documents.counts.kept)
                 read_started = time.perf_counter()
     unreadable = [r for r in totals["read"].error_records if r.error_class in WHOLE_INPUT_ERRORS]
     if unreadable:  # nothing of the input was read: not complete, so the next run tries it again
