@@ -12,7 +12,7 @@ import statistics
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
+from conftest import REPO, garble_keeping_identity
 
 from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
@@ -361,12 +361,14 @@ def leave_one_out(micro):
     """A leave-one-out ablation with a model ladder over the micro ablation's documents run, its crawl replaced
     by garbage first: only the stored signals can serve."""
     folder = micro[0]
-    crawl = (folder / "crawl.warc.gz").read_bytes()
-    (folder / "crawl.warc.gz").write_bytes(b"not a WARC at all " * 1000)
+    path = folder / "crawl.warc.gz"
+    crawl, stat = path.read_bytes(), path.stat()
+    garble_keeping_identity(path)
     try:
         yield _leave_one_out(folder, micro[3])
     finally:
-        (folder / "crawl.warc.gz").write_bytes(crawl)
+        path.write_bytes(crawl)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def test_leave_one_out_variants_select_over_stored_signals_without_reading_the_crawl(leave_one_out):

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import real_documents, shared, write_job
+from conftest import garble_keeping_identity, real_documents, shared, write_job
 from corpus.stages.dedup import band_hashes, jaccard, minhash_signatures, normalise_url, permutations, text_keys
 from corpus.stages.dedup_graph import (
     FOREST,
@@ -241,7 +241,7 @@ def test_dedup_in_a_job_is_accounted_for_and_regrouped_without_recomputing_signa
             doc_id = duplicate_of[doc_id]
         assert doc_id in kept
 
-    source.write_bytes(b"not a crawl any more")  # signatures must come from the stored documents now
+    garble_keeping_identity(source)  # signatures must come from the stored documents now
     stamps = [p.stat().st_mtime_ns for p in (out / "documents").glob("*.parquet")]
     stricter = run_job(_dedup_job(tmp_path, source, "[dedup.minhash]\nbands = 4\nrows = 28\n"), use_ray=False)
     assert [p.stat().st_mtime_ns for p in (out / "documents").glob("*.parquet")] == stamps

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from corpus import __version__
 from corpus.config.job import Job
+from corpus.engine.input_stream import InputStream
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, shard_report_path
@@ -120,7 +121,8 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     dataset = dataset_format(shard.source) is not None
     told = _PagesTold(context.on_progress)
     identity = input_identity(shard.source)  # before reading: a file replaced meanwhile is redone next run
-    with fsspec.open(shard.source, "rb", compression="infer" if dataset else None) as stream:
+    opened = InputStream(shard.source, decompress=dataset)
+    with opened as stream:
         extras, batches = (
             _dataset_batches(job, shard, stream) if dataset else ([], read_records(stream, shard.source, job.read))
         )
@@ -152,6 +154,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
         "source": shard.source,
         "part": shard.part,
         "input": identity,
+        "input_retries": opened.retries,
         "fingerprint": fingerprint(job),
         "annotate_fingerprint": annotate_fingerprint(job),
         "corpus_version": __version__,

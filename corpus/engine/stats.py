@@ -89,6 +89,7 @@ def summarize(
             "failed": len(failed),
         },
         "failed_shards": failed,
+        "input_retries": sum(r.get("input_retries", 0) for r in fresh),  # remote reads made again, this run
         "totals": {
             "records": records,
             "kept": kept,

@@ -1,0 +1,181 @@
+"""Remote I/O against real servers on 127.0.0.1: inputs over HTTP (range reads, a 500 and a dropped connection
+retried and counted), and a run whose output is an S3 bucket (moto's S3 server), resumed and read back."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import write_job
+
+from corpus.config.job import load_job
+from corpus.engine import run_job
+from corpus.sample.generate import build_sample
+
+MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers 503 to everything
+
+
+def _sample_in_two_shards(folder: Path) -> list[Path]:
+    data, _ = build_sample()
+    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards
+    (folder / "a.warc.gz").write_bytes(data[:cut])
+    (folder / "b.warc.gz").write_bytes(data[cut:])
+    return [folder / "a.warc.gz", folder / "b.warc.gz"]
+
+
+class FlakyRangeServer(http.server.ThreadingHTTPServer):
+    """Serves a folder with HEAD and Range GETs; `faults` lists what the next GETs of a file meet first:
+    "500" (an error answer) or "drop" (headers, half the body, then the connection closed)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.faults: dict[str, list[str]] = {}
+        self.requests = 0
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: FlakyRangeServer
+
+    def log_message(self, *args) -> None:  # quiet: the test's output is its assertions
+        pass
+
+    def _file(self) -> Path | None:
+        path = self.server.folder / self.path.lstrip("/")
+        return path if path.is_file() else None
+
+    def do_HEAD(self) -> None:
+        path = self._file()
+        self.send_response(200 if path else 404)
+        self.send_header("Content-Length", str(path.stat().st_size if path else 0))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self.server.requests += 1
+        path = self._file()
+        if self.server.requests > MAX_REQUESTS or path is None:
+            self.send_error(503 if path else 404)
+            return
+        data = path.read_bytes()
+        start, end = 0, len(data) - 1
+        wanted = re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if wanted:
+            start, end = int(wanted[1]), min(int(wanted[2] or end), end)
+        body = data[start : end + 1]
+        fault = (self.server.faults.get(path.name) or [None]).pop(0) if self.server.faults.get(path.name) else None
+        if fault == "500":
+            self.send_error(500, "a transient failure")
+            return
+        self.send_response(206 if wanted else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.end_headers()
+        if fault == "drop":
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(body)
+
+
+def _counts(stats: dict) -> dict:
+    """Each stage's counts, without its seconds."""
+    return {stage: {k: v for k, v in counts.items() if k != "seconds"} for stage, counts in stats["stages"].items()}
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    server = FlakyRangeServer(tmp_path / "served")
+    (tmp_path / "served").mkdir()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_inputs_over_http_survive_a_server_error_and_a_dropped_connection(http_server, tmp_path):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
+    local = _sample_in_two_shards(http_server.folder)
+    base = f"http://127.0.0.1:{http_server.server_address[1]}"
+    rules = '[annotate]\nrules = ["gopher_quality"]\n'
+    here = run_job(load_job(write_job(tmp_path, [str(p) for p in local], tmp_path / "local", rules)), use_ray=False)
+    http_server.faults = {"a.warc.gz": ["500"], "b.warc.gz": ["drop"]}
+    remote = [f"{base}/{path.name}" for path in local]
+    there = run_job(load_job(write_job(tmp_path, remote, tmp_path / "remote", rules, "remote")), use_ray=False)
+    assert there["failed_shards"] == {} and there["input_retries"] == 2  # one each, and both read whole
+    assert there["totals"] == here["totals"] and _counts(there) == _counts(here)
+    assert http_server.faults == {"a.warc.gz": [], "b.warc.gz": []}
+    reports = [json.loads(p.read_text()) for p in (tmp_path / "remote" / "shards").glob("*.json")]
+    assert sorted(r["input"]["size"] for r in reports) == sorted(p.stat().st_size for p in local)
+    # a file gone from the server fails its shard, named, without retries
+    (http_server.folder / "b.warc.gz").unlink()
+    gone = run_job(load_job(write_job(tmp_path, remote, tmp_path / "gone", rules, "gone")), use_ray=False)
+    assert list(gone["failed_shards"]) == [remote[1]] and "FileNotFoundError" in gone["failed_shards"][remote[1]]
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """An S3-protocol server (moto's) on 127.0.0.1 with one bucket; fsspec pointed at it as users point it at
+    theirs (`FSSPEC_S3_ENDPOINT_URL` and the AWS credential variables)."""
+    moto_server = pytest.importorskip("moto.server", reason="the dev extra installs moto[server]")
+    pytest.importorskip("s3fs", reason="s3:// outputs need s3fs (a dependency of corpus)")
+    import socket
+
+    import fsspec
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": f"http://127.0.0.1:{port}"})
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.mkdir("runs-bucket")
+    try:
+        yield "s3://runs-bucket"
+    finally:
+        server.stop()
+
+
+def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_reader(s3_bucket, tmp_path):
+    import fsspec
+    import numpy as np
+
+    from corpus.lab.token_stream import TokenStream
+    from corpus.report.run_report import load_run
+    from corpus.sample.generate import SAMPLE_TOKENIZER
+
+    inputs = [str(p) for p in _sample_in_two_shards(tmp_path)]
+    body = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["exact"]\n'
+    body += f'[tokenize]\ntokenizer = "{SAMPLE_TOKENIZER}"\n'
+    url = f"{s3_bucket}/sample"
+    job = load_job(write_job(tmp_path, inputs, tmp_path / "unused", body), output=url)
+    first = run_job(job, use_ray=False)
+    assert first["failed_shards"] == {} and first["totals"]["unaccounted"] == 0 and not (tmp_path / "unused").exists()
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    names = [name.removeprefix("runs-bucket/sample/") for name in fs.find("runs-bucket/sample")]
+    assert not [name for name in names if ".tmp" in name or "/_tmp" in name]  # nothing partial left, by any name
+    # A run killed after its first shard: the second shard's files are gone; the rerun makes only them again.
+    second_id = sorted(json.loads(fs.cat(f"{url}/shards/{n.rsplit('/', 1)[-1]}")) ["id"]
+                       for n in names if n.startswith("shards/") and n.endswith(".json"))[1]  # fmt: skip
+    fs.rm(f"{url}/shards/{second_id}.json")
+    fs.rm(f"{url}/documents/{second_id}.parquet")
+    again = run_job(job, use_ray=False)
+    assert again["shards"]["skipped_complete"] == 1 and again["totals"] == first["totals"]
+    view = load_run(url)  # the report reads the run where it lives
+    assert view.documents.num_rows == first["stages"]["extract"]["kept"]
+    assert int(np.sum(view.documents.column("kept"))) == first["totals"]["kept"]
+    sequences = list(TokenStream(url, 63))  # and a training loop streams its token shards from there
+    assert sum(len(s) for s in sequences) == first["tokens"]["tokens"] > 0
