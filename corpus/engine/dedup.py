@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from corpus.config.job import Job
 from corpus.engine.keys import cache_key
 from corpus.engine.plan import Shard, documents_folder, planned_shard_ids
+from corpus.engine.progress import counted
 from corpus.engine.run_folder import (
     RunFolder,
     decisions_path,
@@ -276,9 +277,8 @@ def deduplicate(job: Job, shards: list[Shard], select_keys: list[str], documents
         base = (("step", step), ("partitions", partitions), ("plan", plan_key), ("index", index))
         decided = dedup_path(step, "decided.json")
         if note is not None:
-            note(
-                f"dedup {step} ({index + 1} of {len(job.dedup.steps)}): {len(shards):,} shards, {partitions} partitions"
-            )
+            shown = f"{counted(len(shards), 'shard')}, {counted(partitions, 'partition')}"
+            note(f"dedup {step} ({index + 1} of {len(job.dedup.steps)}): {shown}")
         if folder.done(decided, key) is None and not _run_step(job, shards, key, base, partitions, runner, failed):
             return ""
         folder.write_json(decided, {"key": key, "partitions": partitions, "shards": len(shards)})

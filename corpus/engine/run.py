@@ -54,14 +54,23 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
+def _auth_token_present() -> bool:
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    return bool(os.environ.get("RAY_AUTH_TOKEN")) or os.path.isfile(path)
+
+
 def ensure_ray(verbose: bool = False) -> str:
     """Join the cluster `RAY_ADDRESS` names, or start a local cluster of this run's own (never one that another
     program left running on the machine), once per process. Returns where tasks run, in words. Ray's own logs
     (its workers' output, its warnings) reach the terminal only when `verbose`."""
+    address = os.environ.get("RAY_ADDRESS", "")
+    if address and "RAY_AUTH_MODE" not in os.environ and _auth_token_present():
+        # Clusters that `ray start` makes authenticate with a token; a driver without this setting is refused
+        # (InvalidAuthToken) after a minute of retries. Read when Ray is imported, hence before.
+        os.environ["RAY_AUTH_MODE"] = "token"
     import ray
 
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS", "")
         quiet = {"logging_level": logging.INFO if verbose else logging.ERROR, "log_to_driver": verbose}
         if address:
             _check_reachable(address)
