@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,8 @@ def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_ma
         assert run.returncode == 0, run.stderr
         first = run.stderr.splitlines()[0]
         assert first.endswith(f"running on a local Ray cluster of this run's own ({os.cpu_count()} CPUs)"), first
+        noise = [line for line in run.stderr.splitlines() if not re.match(r"\[\d\d:\d\d:\d\d\] ", line)]
+        assert noise == []  # quiet: only the run's own progress lines, none of Ray's
         check = "import ray; ray.init(address='127.0.0.1:%d', log_to_driver=False); print(len(ray.state.jobs()))"
         token = {**environment, "RAY_AUTH_MODE": "token"}  # the token `ray start` made, as a second node needs it
         jobs = subprocess.run([sys.executable, "-c", check % port], env=token, capture_output=True, text=True,
