@@ -55,6 +55,17 @@ def benchmark_module(name: str):
     return module
 
 
+def sample_in_two_shards(folder: Path) -> list[str]:
+    """The embedded sample cut at a gzip member near its middle: two real WARC shards, `a.warc.gz` and `b.warc.gz`."""
+    from corpus.sample.generate import build_sample
+
+    data, _ = build_sample()
+    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)
+    (folder / "a.warc.gz").write_bytes(data[:cut])
+    (folder / "b.warc.gz").write_bytes(data[cut:])
+    return [str(folder / "a.warc.gz"), str(folder / "b.warc.gz")]
+
+
 def garble_keeping_identity(path: Path, garbage: bytes = b"not a crawl any more ") -> None:
     """Overwrite a file with garbage of its own size and give it back its times: a run takes it for the file it
     read (size and mtime are an input's identity), so only a run that read it again would notice."""

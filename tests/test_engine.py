@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from conftest import write_job
+from conftest import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
@@ -83,16 +83,8 @@ def test_buckets_hold_at_most_the_limit_of_documents_in_plan_order():
     assert grouped == [["a", "b"], ["c"], ["d"], ["e"]]  # d alone exceeds the limit: a bucket of its own
 
 
-def _two_shards(tmp_path) -> list[str]:
-    data, _ = build_sample()
-    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards
-    (tmp_path / "a.warc.gz").write_bytes(data[:cut])
-    (tmp_path / "b.warc.gz").write_bytes(data[cut:])
-    return [str(tmp_path / "a.warc.gz"), str(tmp_path / "b.warc.gz")]
-
-
 def test_corpus_rules_count_over_their_bucket_of_shards(tmp_path):
-    inputs = _two_shards(tmp_path)
+    inputs = sample_in_two_shards(tmp_path)
     rules = '[annotate]\nrules = ["line_dedup"]\n[rules.line_dedup]\nmax_copies = 2\n[select]\nrules = []\n'
     whole = run_job(load_job(write_job(tmp_path, inputs, tmp_path / "whole", rules, "w")), use_ray=False)
     split = rules.replace("[rules.line_dedup]", "corpus_bucket_documents = 1\n[rules.line_dedup]")
@@ -123,7 +115,7 @@ def test_corpus_rules_count_over_their_bucket_of_shards(tmp_path):
 def test_quantiles_over_a_large_run_use_every_kth_document(tmp_path, monkeypatch):
     from corpus.engine import select
 
-    inputs = _two_shards(tmp_path)
+    inputs = sample_in_two_shards(tmp_path)
     body = '[annotate]\nrules = ["gopher_quality"]\n[select]\nrules = []\n'
     job = load_job(write_job(tmp_path, inputs, tmp_path / "out", body))
     run_job(job, use_ray=False)
@@ -149,7 +141,7 @@ def _quantile_threshold(q: float):
 def test_reselecting_a_complete_run_starts_no_ray_and_redoes_only_selection(tmp_path):
     import ray
 
-    inputs = _two_shards(tmp_path)
+    inputs = sample_in_two_shards(tmp_path)
     body = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["exact"]\n'
     run_job(load_job(write_job(tmp_path, inputs, tmp_path / "out", body)), use_ray=False)
     documents = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "documents").glob("*.parquet")}
@@ -171,7 +163,7 @@ def test_a_run_written_to_an_fsspec_url_is_read_back_by_the_report_and_the_token
     from corpus.lab.token_stream import TokenStream
     from corpus.report.run_report import load_run
 
-    inputs = _two_shards(tmp_path)
+    inputs = sample_in_two_shards(tmp_path)
     texts = [page.decode("utf-8", "replace") for page in build_sample()[0].split(b"\r\n\r\n")[:200]]
     train_tokenizer(texts, 300, str(tmp_path / "tokenizer.json"))
     body = f'[annotate]\nrules = ["gopher_quality"]\n[tokenize]\ntokenizer = "{tmp_path / "tokenizer.json"}"\n'
@@ -219,7 +211,7 @@ def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_i
     the run after a real WARC is copied over it reads it; a file replaced at the same path is extracted again."""
     from corpus.cli import main
 
-    a, b = _two_shards(tmp_path)
+    a, b = sample_in_two_shards(tmp_path)
     real_b = (tmp_path / "b.warc.gz").read_bytes()
     (tmp_path / "b.warc.gz").write_text("just some text, not a crawl\n")
     job = write_job(tmp_path, [a, b], tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_job
+from conftest import REPO, sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
@@ -34,16 +34,6 @@ def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path
     assert result["leftovers"] == 0  # the killed run's partial files are cleared
 
 
-def _sample_in_two_shards(folder: Path) -> list[str]:
-    from corpus.sample.generate import build_sample
-
-    data, _ = build_sample()
-    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards
-    (folder / "a.warc.gz").write_bytes(data[:cut])
-    (folder / "b.warc.gz").write_bytes(data[cut:])
-    return [str(folder / "a.warc.gz"), str(folder / "b.warc.gz")]
-
-
 def _decisions(out: Path) -> list[tuple]:
     import pyarrow.parquet as pq
 
@@ -60,7 +50,7 @@ def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run,
     job, _, clean_out = clean_run
     small = [s for s in job.resolved_inputs if "aut" not in s and "ipwb" not in s]  # keep it quick
     dedup = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["url", "exact", "minhash"]\npartitions = 4\n'
-    sample = _sample_in_two_shards(tmp_path)
+    sample = sample_in_two_shards(tmp_path)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     try:
@@ -122,7 +112,7 @@ def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_ma
     subprocess.run([*start, "--disable-usage-stats", f"--temp-dir={temp_dir}"], env=environment, check=True,
                    capture_output=True, timeout=120)  # fmt: skip
     try:
-        inputs = _sample_in_two_shards(tmp_path)
+        inputs = sample_in_two_shards(tmp_path)
         job = write_job(tmp_path, inputs, tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
         run = subprocess.run([sys.executable, "-m", "corpus.cli", "run", str(job)], env=environment,
                              capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -10,21 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import write_job
+from conftest import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
-from corpus.sample.generate import build_sample
 
 MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers 503 to everything
-
-
-def _sample_in_two_shards(folder: Path) -> list[Path]:
-    data, _ = build_sample()
-    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)  # at a gzip member: two real shards
-    (folder / "a.warc.gz").write_bytes(data[:cut])
-    (folder / "b.warc.gz").write_bytes(data[cut:])
-    return [folder / "a.warc.gz", folder / "b.warc.gz"]
 
 
 class FlakyRangeServer(http.server.ThreadingHTTPServer):
@@ -104,7 +95,7 @@ def http_server(tmp_path):
 
 def test_inputs_over_http_survive_a_server_error_and_a_dropped_connection(http_server, tmp_path):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
-    local = _sample_in_two_shards(http_server.folder)
+    local = [Path(path) for path in sample_in_two_shards(http_server.folder)]
     base = f"http://127.0.0.1:{http_server.server_address[1]}"
     rules = '[annotate]\nrules = ["gopher_quality"]\n'
     here = run_job(load_job(write_job(tmp_path, [str(p) for p in local], tmp_path / "local", rules)), use_ray=False)
@@ -157,7 +148,7 @@ def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_read
     from corpus.report.run_report import load_run
     from corpus.sample.generate import SAMPLE_TOKENIZER
 
-    inputs = [str(p) for p in _sample_in_two_shards(tmp_path)]
+    inputs = sample_in_two_shards(tmp_path)
     body = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["exact"]\n'
     body += f'[tokenize]\ntokenizer = "{SAMPLE_TOKENIZER}"\n'
     url = f"{s3_bucket}/sample"
