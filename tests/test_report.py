@@ -70,8 +70,15 @@ def test_samples_show_what_each_rule_dropped_with_its_span_and_kept_ones_near_th
     for document in blocked:  # the sample's blocklist names these hosts: the span is the host in the URL
         assert "url.blocked_domain.max" in document["failures"] and document["span_in_url"]
         assert document["match"] and document["match"] in document["url"]
-    for document in data["samples"]["exact_duplicate"]:
-        assert document["duplicate_of"] and document["failures"] == ["exact_duplicate"]
+    urls = set(pq.read_table(out / "documents", columns=["url"]).column("url").to_pylist())
+    for document in data["samples"]["exact_duplicate"]:  # named by the URL of the page kept instead, not its id
+        assert document["duplicate_of"] in urls and document["failures"] == ["exact_duplicate"]
+    page = render_html(data, {})
+    blocked_html = page[page.index("<h3 id='url'>") :].split("</ul>")[0]
+    assert blocked_html.count("<b class=failed>url.blocked_domain = True</b>") == 3  # the signal that failed
+    values = pq.read_table(out / "documents", columns=["gopher_repetition.dup_line_frac"]).column(0)
+    assert len(set(values.to_pylist())) == 1  # every page 0 here: no page is nearer its threshold than another
+    assert "gopher_repetition.dup_line_frac.max" not in data["near_threshold"]
     selection = pq.read_table(out / "selection").to_pylist()
     kept = {row["id"] for row in selection if row["kept"]}
     assert all(doc["id"] in kept for docs in data["near_threshold"].values() for doc in docs)

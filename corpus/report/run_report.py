@@ -183,6 +183,8 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
             continue
         numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
         candidates = np.flatnonzero(kept & ~np.isnan(numbers))
+        if len(candidates) == 0 or np.ptp(numbers[candidates]) == 0:
+            continue  # every kept document has the same value: none is nearer the threshold than another
         distance = np.abs(numbers[candidates] - float(threshold.value))
         nearest[threshold] = candidates[np.argsort(distance, kind="stable")[:sample]].tolist()
     texts = _texts(view, [row for rows in [*sampled.values(), *nearest.values()] for row in rows])
@@ -257,13 +259,22 @@ def _document(view: RunView, row: int, text: str, rule) -> dict:
         "url": url,
         "signals": values,
         "failures": docs.column("failures")[row].as_py() or [],
-        "duplicate_of": docs.column("duplicate_of")[row].as_py(),
+        "duplicate_of": _described(docs, docs.column("duplicate_of")[row].as_py()),
         "span_label": span.label if span is not None else None,
         "span_in_url": bool(span is not None and span.in_url),
         "before": source[begin:start] if span is not None else "",
         "match": source[start:end] if span is not None else "",
         "after": source[end : end + EXCERPT_CHARS // 2] if span is not None else text[:EXCERPT_CHARS],
     }
+
+
+def _described(docs: pa.Table, doc_id: str | None) -> str | None:
+    """A document named by its URL (ids such as `urn:uuid:...` mean nothing to a reader), else its id."""
+    if doc_id is None:
+        return None
+    at = pc.index(docs.column("id"), doc_id).as_py()
+    url = docs.column("url")[at].as_py() if at >= 0 else None
+    return url or doc_id
 
 
 def _figure_png(draw) -> str:
@@ -282,26 +293,53 @@ def _figure_png(draw) -> str:
 
 
 def signal_histograms(view: RunView) -> dict[str, str]:
-    """A histogram (PNG, base64) per threshold over every document, the threshold drawn on it."""
+    """A histogram (PNG, base64) per threshold over every document: counts on a log scale (the few documents a
+    rule drops stay visible), the axis spanning the values there are, the threshold drawn where it falls among
+    them (or named in the title where it lies beyond), the failing side shaded."""
     figures = {}
     for threshold in view.thresholds:
         values = view.documents.column(threshold.column)
         if pa.types.is_boolean(values.type):
             counts = [pc.sum(pc.invert(values)).as_py() or 0, pc.sum(values).as_py() or 0]
+            # the bar the threshold drops: true under `max = false`, false under `min = true`, else none
+            failing = (None if threshold.value else 1) if threshold.bound == "max" else (0 if threshold.value else None)
 
-            def draw(axis, counts=counts, threshold=threshold):
-                axis.bar(["false", "true"], counts, color="#4c78a8")
-                axis.set_title(threshold.reason, fontsize=8)
+            def draw(axis, counts=counts, threshold=threshold, failing=failing):
+                colours = ["#4c78a8", "#4c78a8"]
+                if failing is not None:
+                    colours[failing] = "#e45756"
+                axis.bar(["false", "true"], counts, color=colours)
+                axis.set_yscale("symlog", linthresh=1)
+                axis.set_title(f"{threshold.reason} = {str(threshold.value).lower()} (red: dropped)", fontsize=8)
 
         else:
             numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
             numbers = numbers[~np.isnan(numbers)]
 
             def draw(axis, numbers=numbers, threshold=threshold):
-                axis.hist(numbers, bins=40, color="#4c78a8")
+                low, high = (float(numbers.min()), float(numbers.max())) if len(numbers) else (0.0, 0.0)
+                if high == low:  # one value for every document: one bar, no axis of values nobody has
+                    axis.bar([f"{low:.4g}"], [len(numbers)], color="#4c78a8", width=0.4)
+                else:
+                    integers = np.all(numbers == np.round(numbers)) and high - low <= 40
+                    bins = np.arange(low - 0.5, high + 1.5) if integers else np.linspace(low, high, 41)
+                    axis.hist(numbers, bins=bins, color="#4c78a8")
+                axis.set_yscale("symlog", linthresh=1)
+                title = (
+                    f"{threshold.reason} = {threshold.value:.4g}" if threshold.value is not None else threshold.reason
+                )
                 if threshold.value is not None:
-                    axis.axvline(float(threshold.value), color="#e45756", linewidth=1.5)
-                axis.set_title(f"{threshold.reason} = {threshold.value:.4g}", fontsize=8)
+                    value = float(threshold.value)
+                    if low < high and low <= value <= high:
+                        axis.axvline(value, color="#e45756", linewidth=1.5)
+                        left, right = axis.get_xlim()
+                        if threshold.bound == "max":
+                            axis.axvspan(value, right, color="#e45756", alpha=0.12)
+                        else:
+                            axis.axvspan(left, value, color="#e45756", alpha=0.12)
+                    else:
+                        title += " (beyond every value)"
+                axis.set_title(title, fontsize=8)
 
         figures[threshold.reason] = _figure_png(draw)
     return figures
@@ -323,15 +361,18 @@ def _blank(value) -> int | str:
 def _documents_html(documents: list[dict]) -> str:
     items = []
     for doc in documents:
+        failing = {reason.rsplit(".", 1)[0] for reason in doc["failures"]}
         signals = ", ".join(
-            f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in doc["signals"].items()
+            (f"<b class=failed>{html.escape(shown)}</b>" if name in failing else html.escape(shown))
+            for name, value in doc["signals"].items()
+            for shown in [f"{name} = {value:.4g}" if isinstance(value, float) else f"{name} = {value}"]
         )
         label = f" <span class=label>{html.escape(doc['span_label'])}</span>" if doc["span_label"] else ""
         where = " (in the URL)" if doc["span_in_url"] else ""
         duplicate = f"<div>duplicate of {html.escape(doc['duplicate_of'])}</div>" if doc["duplicate_of"] else ""
         excerpt = f"{html.escape(doc['before'])}<mark>{html.escape(doc['match'])}</mark>{html.escape(doc['after'])}"
         items.append(
-            f"<li><div class=url>{html.escape(doc['url'] or doc['id'])}</div><div class=signals>{html.escape(signals)}"
+            f"<li><div class=url>{html.escape(doc['url'] or doc['id'])}</div><div class=signals>{signals}"
             f"{label}{where}</div>{duplicate}<pre>{excerpt}</pre></li>"
         )
     return f"<ul class=docs>{''.join(items)}</ul>" if items else "<p>none</p>"
@@ -343,7 +384,8 @@ table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;
 th{background:#f3f3f3}td:first-child{text-align:left}.figures img{margin:4px;border:1px solid #eee}
 ul.docs{list-style:none;padding:0}ul.docs li{border-left:3px solid #e45756;margin:0.6em 0;padding-left:0.6em}
 .url{font-weight:600}.signals{color:#555;font-size:90%}.label{background:#fde2e1;padding:0 4px}
-pre{white-space:pre-wrap;background:#fafafa;padding:0.4em;font-size:85%}mark{background:#ffd54f}"""
+pre{white-space:pre-wrap;background:#fafafa;padding:0.4em;font-size:85%}mark{background:#ffd54f}
+th,td:first-child{white-space:nowrap;overflow-wrap:normal}.wide{overflow-x:auto}.failed{color:#c0392b}"""
 
 # Marks <body> with how many images loaded and how many failed: a headless browser test reads them.
 IMAGE_CHECK = """window.addEventListener("load", function () {
@@ -384,15 +426,19 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
                 for r in data["rules"]
             ],  # fmt: skip
         ),
-        "<h2>Overlap between rules</h2><p>documents failing both.</p>",
+        "<h2>Overlap between rules</h2><p>documents failing both.</p><div class=wide>",
         _table(
             ["", *data["overlap"]["rules"]],
             [[rule, *row] for rule, row in zip(data["overlap"]["rules"], data["overlap"]["matrix"], strict=True)],
         ),
+        "</div>",
     ]
     if data["dedup"]:
         parts.append("<h2>Dedup</h2>" + _table(["step", "documents"], [[k, v] for k, v in data["dedup"].items()]))
-    parts.append("<h2>Signals</h2><p>every document; the red line is the threshold.</p><div class=figures>")
+    parts.append(
+        "<h2>Signals</h2><p>every document, counts on a log scale; the red line is the threshold and the shade the "
+        "side it drops; a red bar is the value a true/false threshold drops.</p><div class=figures>"
+    )
     parts += [f'<img alt="{html.escape(reason)}" src="data:image/png;base64,{png}">' for reason, png in figures.items()]
     parts.append("</div><h2>Dropped documents, a sample per rule</h2>")
     for rule, documents in data["samples"].items():
