@@ -170,3 +170,36 @@ def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_read
     assert int(np.sum(view.documents.column("kept"))) == first["totals"]["kept"]
     sequences = list(TokenStream(url, 63))  # and a training loop streams its token shards from there
     assert sum(len(s) for s in sequences) == first["tokens"]["tokens"] > 0
+
+
+def test_an_ablation_selects_and_trains_from_a_documents_run_in_s3(s3_bucket, tmp_path):
+    """The documents run lives in the bucket; the ablation (its own folder local: it trains from local token
+    shards) reads the stored signals from there, and its variants differ as their selections say."""
+    pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")
+    import pyarrow.parquet as pq
+
+    from corpus.config.ablation import load_ablation
+    from corpus.lab.ablation import run_ablation
+    from corpus.sample.generate import SAMPLE_PATH
+
+    (tmp_path / "documents.toml").write_text(
+        f'name = "documents"\ninputs = ["{SAMPLE_PATH}"]\noutput = "{s3_bucket}/documents-run"\n'
+        '[annotate]\nrules = ["language", "gopher_quality"]\n[rules.language]\nlanguages = ["en"]\n'
+        '[dedup]\nkeys = ["exact"]\n'
+    )
+    heldout = Path(__file__).parents[1] / "jobs" / "references" / "sample_heldout.jsonl"
+    (tmp_path / "micro.toml").write_text(
+        'name = "micro"\ndocuments = "documents.toml"\noutput = "ablation"\nseeds = [0]\nbaseline = "all"\n'
+        "[tokenizer]\nvocab_size = 512\n[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\nseq_len = 32\n"
+        "[train]\ntokens = 4096\nbatch_size = 8\nwarmup = 4\neval_every = 16\n"
+        f'[[references]]\nname = "heldout"\npath = "{heldout}"\n[evaluation]\ntasks = []\n'
+        '[variants.all]\nselect = { rules = [] }\n[variants.filtered]\ndedup = { steps = ["exact"] }\n'
+    )
+    run_job(load_job(tmp_path / "documents.toml"), use_ray=False)
+    summary = run_ablation(load_ablation(tmp_path / "micro.toml"), use_ray=False, log=lambda line: None)
+    assert summary["failed_runs"] == {}
+    variants = pq.read_table(tmp_path / "ablation" / "variants.parquet").to_pylist()
+    kept = {row["variant"]: row["documents"] for row in variants if row["reason"] == "kept"}
+    assert kept["all"] == 280 and kept["filtered"] < 280  # everything extracted; the job's rules and exact dedup
+    results = pq.read_table(tmp_path / "ablation" / "results.parquet").to_pylist()
+    assert {row["variant"] for row in results} == {"all", "filtered"}
