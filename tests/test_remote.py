@@ -7,6 +7,7 @@ import http.server
 import json
 import re
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -132,10 +133,10 @@ def s3_bucket(monkeypatch):
                         ("AWS_DEFAULT_REGION", "us-east-1")):  # fmt: skip
         monkeypatch.setenv(name, value)
     monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": f"http://127.0.0.1:{port}"})
-    fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    fs.mkdir("runs-bucket")
+    bucket = f"runs-{uuid.uuid4().hex[:12]}"  # moto keeps its buckets per process, across its servers
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
     try:
-        yield "s3://runs-bucket"
+        yield f"s3://{bucket}"
     finally:
         server.stop()
 
@@ -156,7 +157,7 @@ def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_read
     first = run_job(job, use_ray=False)
     assert first["failed_shards"] == {} and first["totals"]["unaccounted"] == 0 and not (tmp_path / "unused").exists()
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    names = [name.removeprefix("runs-bucket/sample/") for name in fs.find("runs-bucket/sample")]
+    names = [name.removeprefix(f"{url[5:]}/") for name in fs.find(url)]
     assert not [name for name in names if ".tmp" in name or "/_tmp" in name]  # nothing partial left, by any name
     # A run killed after its first shard: the second shard's files are gone; the rerun makes only them again.
     second_id = sorted(json.loads(fs.cat(f"{url}/shards/{n.rsplit('/', 1)[-1]}")) ["id"]
