@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -24,14 +25,19 @@ SHARED_WARC_HTML_RECORDS = {
 }
 
 
+def unavailable(reason: str) -> NoReturn:
+    """A test's prerequisite is missing: skip it with the reason, or fail where CI promises every prerequisite
+    (`CORPUS_REQUIRE_SHARED_DATA=1`)."""
+    if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
+        pytest.fail(reason + "; CORPUS_REQUIRE_SHARED_DATA=1 (CI installs and provides it) makes this a failure")
+    pytest.skip(reason)
+
+
 def shared(relative: str) -> Path:
     """A file under ../shared/data; skips the test where it is absent (fails instead in CI)."""
     path = SHARED_DATA / relative
     if not path.exists():
-        reason = f"shared data not found: {path} (the tests expect ../shared/data beside the repository)"
-        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
-            pytest.fail(reason + "; CORPUS_REQUIRE_SHARED_DATA=1 makes this a failure")
-        pytest.skip(reason)
+        unavailable(f"shared data not found: {path} (the tests expect ../shared/data beside the repository)")
     return path
 
 

