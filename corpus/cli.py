@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import errno
-import re
 import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from corpus.cli_rules import rules_list, rules_try
 from corpus.config.job import JobError, load_job
 from corpus.engine.run_folder import OutputLocked
 from corpus.lab.classifier import TrainOptions
@@ -141,124 +140,6 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rules_list(args: argparse.Namespace) -> int:
-    from corpus.rulebook import discover
-
-    console = Console(soft_wrap=True)
-    for name, rule in discover().items():
-        console.print(f"[bold]{rule.versioned_name()}[/]  {rule.summary()}")
-        for declared in rule.signals:
-            bounds = rule.defaults.get(declared.name, {})
-            default = " ".join(f"{bound} {value}" for bound, value in bounds.items()) or "-"
-            console.print(f"   {name}.{declared.name:<28} {str(declared.type):<8} {default:<14} {declared.meaning}")
-        for option, field in rule.Options.model_fields.items():
-            value = "(required)" if field.is_required() else repr(field.get_default())
-            console.print(f"   [dim]setting [rules.{name}] {option} = {value}")
-    return 0
-
-
-class TryInputError(Exception):
-    """A file `corpus rules try` cannot take; the message says which and why."""
-
-
-def _documents_to_try(paths: list[str], limit: int):
-    """(name, text, url, lang) from text, HTML, WARC/WET or documents-Parquet files; lang None where it is to be
-    identified. WARC pages are extracted as a run extracts them."""
-    import pyarrow.parquet as pq
-
-    from corpus.api import extract_text
-    from corpus.stages.read import ReadOptions, read_records
-
-    for path in paths:
-        if not Path(path).is_file():
-            what = "a folder, not a file" if Path(path).is_dir() else "no such file"
-            raise TryInputError(f"{path}: {what}; give text, HTML, WARC/WET or documents-Parquet files")
-        if path.endswith(".parquet"):
-            table = pq.read_table(path).slice(0, limit)
-            if "text" not in table.column_names:
-                raise TryInputError(f"{path} has no `text` column (columns: {', '.join(table.column_names)})")
-            for row in table.select([c for c in ("id", "text", "url", "lang") if c in table.column_names]).to_pylist():
-                yield row.get("id") or path, row["text"], row.get("url"), row.get("lang")
-            continue
-        if re.search(r"\.(warc|wet)(\.gz)?$", path, re.IGNORECASE):
-            pages = 0
-            with open(path, "rb") as stream:
-                for batch in read_records(stream, path, ReadOptions()):
-                    for record in batch.table.to_pylist():
-                        if pages >= limit:
-                            break
-                        text = record["payload"].decode("utf-8", "replace").strip()
-                        if record["kind"] == "html":
-                            text = extract_text(record["payload"], record["url"], charset=record["http_charset"])
-                        if text:
-                            pages += 1
-                            yield record["url"] or record["id"], text, record["url"], None
-            continue
-        with open(path, "rb") as fh:
-            data = fh.read()
-        html = path.endswith((".html", ".htm"))
-        yield path, (extract_text(data) or "") if html else data.decode("utf-8", "replace"), None, None
-
-
-def _rules_try(args: argparse.Namespace) -> int:
-    import pyarrow as pa
-
-    from corpus.api import apply_rules, identify_language
-    from corpus.rulebook import discover
-
-    registry = discover()
-    if args.rule not in registry:
-        print(f"corpus: unknown rule {args.rule!r}; `corpus rules list` shows them", file=sys.stderr)
-        return 2
-    settings, select = {}, {}
-    if args.job:
-        job = load_job(args.job)
-        settings = dict(job.rule_settings).get(args.rule, {})
-        own = {args.rule: job.select[args.rule]} if args.rule in job.select else {}
-        select = {"rules": [args.rule] if any(t.rule == args.rule for t in job.thresholds) else [], **own}
-    try:
-        rule = registry[args.rule](registry[args.rule].Options.model_validate(settings))
-    except ValidationError:
-        required = [name for name, field in registry[args.rule].Options.model_fields.items() if field.is_required()]
-        print(
-            f"corpus: rule {args.rule!r} needs settings ({', '.join(required)}): give --job with a "
-            f"[rules.{args.rule}] table",
-            file=sys.stderr,
-        )
-        return 2
-    console = Console(soft_wrap=True)
-    try:
-        documents = list(_documents_to_try(args.files, args.limit))
-    except TryInputError as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
-        return 2
-    names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
-    unknown = [i for i, lang in enumerate(langs) if lang is None]
-    found, _ = identify_language([texts[i] for i in unknown])
-    for i, lang in zip(unknown, found, strict=True):
-        langs[i] = lang
-    given = pa.table({"id": names, "text": texts, "url": pa.array(urls, pa.string()), "lang": langs})
-    try:  # the pipeline's own annotate and select: the same verdict at a threshold's exact value
-        decided = apply_rules(given, rules=[args.rule], settings={args.rule: settings}, thresholds=select)
-    except ValueError as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
-        return 2
-    columns = [rule.column(signal.name) for signal in rule.signals]
-    for row, text, url in zip(decided.to_pylist(), texts, urls, strict=True):
-        verdict = "[red]DROP[/] " + ", ".join(row["failures"]) if row["failures"] else "[green]KEEP[/]"
-        console.print(f"[bold]{row['id']}[/]  {verdict}")
-        for column in columns:
-            value = row[column]
-            console.print(f"   {column} = {value:.4g}" if isinstance(value, float) else f"   {column} = {value}")
-        span = rule.offending_span(text, url)
-        if span is not None:
-            source = url if span.in_url else text
-            before = source[max(0, span.start - 40) : span.start].replace("\n", " ")
-            after = source[span.end : span.end + 40].replace("\n", " ")
-            console.print(f"   {span.label}: …{before}[reverse]{source[span.start : span.end]}[/]{after}…", markup=True)
-    return 0
-
-
 def _classifier_train(args: argparse.Namespace) -> int:
     from corpus.lab.classifier import ClassifierError, read_texts, report_path, train
 
@@ -324,7 +205,8 @@ def _run_report(args: argparse.Namespace):
 
 def _report(args: argparse.Namespace) -> int:
     from corpus.engine import RunFolder
-    from corpus.report.run_report import render_html, signal_histograms
+    from corpus.report.figures import signal_histograms
+    from corpus.report.run_report import render_html
 
     loaded = _run_report(args)
     if loaded is None:
@@ -486,15 +368,13 @@ def main(argv: list[str] | None = None) -> int:
     rules = commands.add_parser("rules", help="list rules, or try one on files").add_subparsers(
         dest="rules_command", required=True
     )
-    rules.add_parser("list", help="every rule with its signals, defaults and settings").set_defaults(
-        handler=_rules_list
-    )
+    rules.add_parser("list", help="every rule with its signals, defaults and settings").set_defaults(handler=rules_list)
     try_rule = rules.add_parser("try", help="a rule's signals, decision and offending span on files")
     try_rule.add_argument("rule")
     try_rule.add_argument("files", nargs="+", help="text, .html, WARC/WET or documents .parquet files")
     try_rule.add_argument("--limit", type=int, default=10, help="documents per Parquet or WARC file")
     try_rule.add_argument("--job", help="take the rule's settings and thresholds from this job file")
-    try_rule.set_defaults(handler=_rules_try)
+    try_rule.set_defaults(handler=rules_try)
 
     args = parser.parse_args(argv)
     return args.handler(args)

@@ -15,7 +15,8 @@ from conftest import REPO
 from corpus.cli import main
 from corpus.config.job import load_job
 from corpus.engine import run_job
-from corpus.report.run_report import load_run, render_html, report_data, signal_histograms
+from corpus.report.figures import signal_histograms
+from corpus.report.run_report import load_run, render_html, report_data
 
 
 @pytest.fixture(scope="module")
