@@ -161,12 +161,12 @@ def read_dataset(
     options: DatasetOptions,
     batch_size: int,
     id_prefix: str,
-) -> Iterator[StageResult]:
-    """Batches of documents (`DOCUMENTS`, then the input's other columns) from one part of a dataset input, each
-    with the read stage's counts. `id_prefix`: default ids are `<id_prefix>:<row>` (JSONL: `:<byte offset>`)."""
+) -> tuple[list[pa.Field], Iterator[StageResult]]:
+    """(the stored fields of the input's other columns, batches of documents: `DOCUMENTS`, then those columns,
+    each with the read stage's counts) of one part of a dataset input; the input's schema is read once, here.
+    `id_prefix`: default ids are `<id_prefix>:<row>` (JSONL: `:<byte offset>`)."""
     if fmt == "jsonl":
-        yield from _read_jsonl(stream, source, part, options, batch_size, id_prefix)
-        return
+        return jsonl_extra_fields(), _read_jsonl(stream, source, part, options, batch_size, id_prefix)
     if fmt == "parquet":
         file = pq.ParquetFile(stream)
         groups = list(range(*part)) if part else list(range(file.num_row_groups))
@@ -183,7 +183,10 @@ def read_dataset(
             f"{', '.join(schema.names)}; map the job's [dataset] keys onto them"
         )
     extras = extra_fields(schema, options)
-    row = first_row
+    return extras, _table_batches(batches, schema, extras, first_row, source, options, id_prefix)
+
+
+def _table_batches(batches, schema, extras, row, source, options, id_prefix) -> Iterator[StageResult]:
     for batch in batches:
         started = time.perf_counter()
         table = pa.Table.from_batches([batch], schema=schema)

@@ -100,6 +100,14 @@ class RetryingInput(io.RawIOBase):
         super().close()
 
 
+def input_identity(source: str) -> dict:
+    """What tells this input from another file at the same path: its size, and its ETag or modification time."""
+    fs, path = fsspec.core.url_to_fs(source)
+    info = fs.info(path)
+    version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
+    return {"size": info.get("size"), "version": str(version)}
+
+
 class InputStream:
     """`with InputStream(source, decompress) as stream:` a binary stream of the input, and `retries` after."""
 

@@ -19,12 +19,13 @@ from corpus.config.job import Job, JobError
 from corpus.engine import corpus_rules as corpus_phase
 from corpus.engine import dedup as dedup_phase
 from corpus.engine import tokens as tokens_phase
+from corpus.engine.input_stream import input_identity
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
 from corpus.engine.progress import RunProgress, counted
 from corpus.engine.run_folder import MANIFEST, STATS, RunFolder, shard_report_path
 from corpus.engine.select import resolve_quantiles, select_tasks
-from corpus.engine.shards import input_identity, shard_key, shard_task
+from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.stats import summarize
 from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
 
@@ -206,9 +207,10 @@ def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> list[str]:
     from concurrent.futures import ThreadPoolExecutor
 
     recorded = [(shard, stored[shard.id]["input"]) for shard in plan.shards if "input" in stored.get(shard.id, {})]
+    sources = list(dict.fromkeys(shard.source for shard, _ in recorded))  # once per file, not per part of it
     with ThreadPoolExecutor(32) as pool:
-        now = list(pool.map(lambda entry: _identity_or_none(entry[0].source), recorded))
-    return [shard.id for (shard, before), current in zip(recorded, now, strict=True) if current != before]
+        now = dict(zip(sources, pool.map(_identity_or_none, sources), strict=True))
+    return [shard.id for shard, before in recorded if now[shard.source] != before]
 
 
 def _identity_or_none(source: str) -> dict | None:

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import time
 
-import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from corpus import __version__
 from corpus.config.job import Job
-from corpus.engine.input_stream import InputStream
+from corpus.engine.input_stream import InputStream, input_identity
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, shard_report_path
@@ -20,11 +18,8 @@ from corpus.engine.tasks import Context, Task, kind
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
 from corpus.stages.dataset import (
-    arrow_schema,
     dataset_format,
-    extra_fields,
     identify_documents,
-    jsonl_extra_fields,
     read_dataset,
     stored_extra_fields,
 )
@@ -43,14 +38,6 @@ WHOLE_INPUT_ERRORS = ("not_warc",)
 
 class InputFailed(Exception):
     """An input of which nothing could be read (not a WARC at all): its shard fails, so a rerun retries it."""
-
-
-def input_identity(source: str) -> dict:
-    """What tells this input from another file at the same path: its size, and its ETag or modification time."""
-    fs, path = fsspec.core.url_to_fs(source)
-    info = fs.info(path)
-    version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified") or ""
-    return {"size": info.get("size"), "version": str(version)}
 
 
 def documents_schema(job: Job) -> pa.Schema:
@@ -77,23 +64,6 @@ def _with_extras(documents: pa.Table, source: pa.Table, extras: list[pa.Field]) 
     return pa.Table.from_arrays([*documents.columns, *columns], schema=pa.schema([*documents.schema, *extras]))
 
 
-def _dataset_batches(job: Job, shard: Shard, stream):
-    """(the input's own fields, batches of documents with the read stage's counts) of a dataset shard."""
-    fmt = dataset_format(shard.source)
-    if fmt == "jsonl":
-        extras = jsonl_extra_fields()
-    elif fmt == "parquet":
-        extras = extra_fields(pq.ParquetFile(stream).schema_arrow, job.dataset)
-        stream.seek(0)
-    else:
-        extras = extra_fields(arrow_schema(stream), job.dataset)
-        stream.seek(0)
-    batches = read_dataset(
-        stream, shard.source, fmt, shard.part, job.dataset, job.read.batch_size, shard_id(shard.source)
-    )
-    return extras, batches
-
-
 class _PagesTold:
     """Counts pages into the live progress as they are extracted, and how many it told of the current batch."""
 
@@ -118,14 +88,18 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     before_extraction = [rule for rule in rules if rule.name in job.prefilter.rules]
     prefilter_thresholds = [t for t in job.thresholds if t.rule in job.prefilter.rules]
     totals = {stage: StageCounts(stage) for stage in STAGES}
-    dataset = dataset_format(shard.source) is not None
+    fmt = dataset_format(shard.source)  # None for a crawl file
+    dataset = fmt is not None
     told = _PagesTold(context.on_progress)
     identity = input_identity(shard.source)  # before reading: a file replaced meanwhile is redone next run
     opened = InputStream(shard.source, decompress=dataset)
     with opened as stream:
-        extras, batches = (
-            _dataset_batches(job, shard, stream) if dataset else ([], read_records(stream, shard.source, job.read))
-        )
+        if dataset:
+            extras, batches = read_dataset(
+                stream, shard.source, fmt, shard.part, job.dataset, job.read.batch_size, shard_id(shard.source)
+            )
+        else:
+            extras, batches = [], read_records(stream, shard.source, job.read)
         with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
             read_started = time.perf_counter()
             for records in batches:
