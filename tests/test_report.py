@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import shutil
 import subprocess
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
+from corpus.stages.select import Threshold
 
 from corpus.cli import main
 from corpus.config.job import load_job
 from corpus.engine import run_job
-from corpus.report.figures import signal_histograms
+from corpus.report.figures import histogram_layout, signal_histograms
 from corpus.report.run_report import load_run, render_html, report_data
 
 
@@ -37,6 +41,53 @@ def _browser() -> str:
             pytest.fail(reason + "; CORPUS_REQUIRE_BROWSER=1 makes this a failure")
         pytest.skip(reason)
     return found
+
+
+def _png_pixels(base64_png: str) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(base64_png))).convert("RGB"))
+
+
+def _shown_at(screen: np.ndarray, figure: np.ndarray) -> np.ndarray:
+    """The part of `screen` (a screenshot) where `figure` is shown unscaled, found by its middle row; fails if the
+    page does not show it pixel for pixel."""
+    height, width, _ = figure.shape
+    middle = figure[height // 2].tobytes()
+    for y, row in enumerate(screen[height // 2 :], start=height // 2):
+        start = row.tobytes().find(middle)
+        while start != -1:
+            top, x = y - height // 2, start // 3
+            if start % 3 == 0 and np.array_equal(screen[top : top + height, x : x + width], figure):
+                return screen[top : top + height, x : x + width]
+            start = row.tobytes().find(middle, start + 1)
+    raise AssertionError("a histogram is not shown, or not pixel for pixel, in the page's screenshot")
+
+
+def test_histograms_span_the_values_there_are_and_draw_the_threshold_where_it_cuts():
+    flags = pa.array([False] * 5 + [True] * 2)
+    layout = histogram_layout(flags, Threshold("url", "blocked_domain", "max", False))
+    assert (layout.kind, layout.labels, layout.counts, layout.failing_bar) == ("boolean", ("false", "true"), (5, 2), 1)
+    assert histogram_layout(flags, Threshold("language", "allowed", "min", True)).failing_bar == 0
+    assert histogram_layout(flags, Threshold("c4", "lorem_ipsum", "max", True)).failing_bar is None  # drops nothing
+
+    layout = histogram_layout(pa.array([0.0] * 9), Threshold("gopher_repetition", "dup_line_frac", "max", 0.3))
+    assert (layout.kind, layout.labels, layout.counts, layout.line) == ("one_value", ("0",), (9,), None)
+
+    counts = pa.array([0, 1, 1, 2, 3, 7], pa.int32())  # a bar per integer; the line between dropped and kept ones
+    layout = histogram_layout(counts, Threshold("gopher_quality", "stop_words", "min", 2))
+    assert layout.edges == tuple(np.arange(-0.5, 8).tolist()) and (layout.line, layout.shade) == (1.5, (-0.5, 1.5))
+    layout = histogram_layout(counts, Threshold("c4", "sentences", "max", 3))
+    assert (layout.line, layout.shade) == (3.5, (3.5, 7.5))
+    layout = histogram_layout(counts, Threshold("gopher_quality", "stop_words", "min", 0))
+    assert layout.line is None and layout.title.endswith("(beyond every value)")
+
+    fractions = pa.array([0.0, 1.0, 1.0, None, 0.0])  # whole numbers, but fractions: no axis below 0 or above 1
+    layout = histogram_layout(fractions, Threshold("fineweb", "line_punct_ratio", "min", 0.12))
+    assert (layout.edges[0], layout.edges[-1], len(layout.edges)) == (0.0, 1.0, 41)
+    assert (layout.line, layout.shade) == (0.12, (0.0, 0.12))
+    layout = histogram_layout(fractions, Threshold("fineweb", "line_punct_ratio", "min", 0.0))  # drops none
+    assert layout.line is None and layout.title == "fineweb.line_punct_ratio.min = 0\n(beyond every value)"
 
 
 def test_the_report_numbers_equal_the_runs_stats(sample_run):
@@ -110,7 +161,8 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
     out, _ = sample_run
     view = load_run(out)
     page = tmp_path / "report.html"
-    page.write_text(render_html(report_data(view), signal_histograms(view)), encoding="utf-8")
+    figures = signal_histograms(view)
+    page.write_text(render_html(report_data(view), figures), encoding="utf-8")
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
     result = subprocess.run([*command, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     body = result.stdout[result.stdout.index("<body") :].split(">", 1)[0]
@@ -128,6 +180,30 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
     assert (image[20:80, 20:500] < 100).mean() > 0.02  # the title, dark on white, at the top left
     assert (image[150:700, 20:400] < 100).mean() > 0.01  # the funnel table below it
     assert (image > 240).mean() > 0.5  # and a page, not a blank or an error screen
+
+    # every histogram, as the browser shows it: found pixel for pixel in a screenshot of the whole page, red where
+    # (and only where) its layout drops documents: the failing bar of a boolean, the threshold line of the others
+    tall = tmp_path / "whole-page.png"
+    subprocess.run(
+        [*command, "--window-size=1280,7000", f"--screenshot={tall}", page.as_uri()], capture_output=True, timeout=120
+    )
+    screen = np.asarray(Image.open(tall).convert("RGB"))
+    shown = {"red bar": 0, "red line": 0, "no red": 0}
+    for threshold in view.thresholds:
+        layout = histogram_layout(view.documents.column(threshold.column), threshold)
+        figure = _shown_at(screen, _png_pixels(figures[threshold.reason]))
+        red = (figure[..., 0] > 200) & (figure[..., 1] < 130) & (figure[..., 2] < 130)
+        if layout.kind == "boolean" and layout.failing_bar is not None and layout.counts[layout.failing_bar]:
+            shown["red bar"] += 1
+            assert red.sum() > 500, threshold.reason  # a bar, not a speck
+        elif layout.line is not None:
+            shown["red line"] += 1
+            columns = np.flatnonzero(red.any(axis=0))
+            assert 0 < columns[-1] - columns[0] <= 3 and red.any(axis=1).sum() > 100, threshold.reason  # one line
+        else:
+            shown["no red"] += 1
+            assert not red.any(), threshold.reason
+    assert shown == {"red bar": 2, "red line": 10, "no red": len(view.thresholds) - 12}
 
 
 def test_report_and_inspect_commands(sample_run, tmp_path, capsys):

@@ -1,25 +1,92 @@
-"""The run report's figures: a histogram of each thresholded signal over every document, as embedded PNGs."""
+"""The run report's figures: a histogram of each thresholded signal over every document, as embedded PNGs.
+
+`histogram_layout` decides what a histogram shows (bars, where the threshold line goes, which side is shaded);
+`signal_histograms` only draws it, so the decisions are testable without looking at pixels."""
 
 from __future__ import annotations
 
 import base64
 import io
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.report.run_report import RunView
+from corpus.stages.select import Threshold
+
+DROPPED_RED = "#e45756"
+BAR_BLUE = "#4c78a8"
 
 
-def _figure_png(draw) -> str:
+@dataclass(frozen=True)
+class HistogramLayout:
+    title: str
+    kind: str  # "boolean" (a false and a true bar), "one_value" (one bar), "bins" (a histogram)
+    labels: tuple[str, ...] = ()  # boolean / one_value: the bars' labels
+    counts: tuple[int, ...] = ()  # boolean / one_value: the bars' heights
+    failing_bar: int | None = None  # boolean: the bar the threshold drops
+    edges: tuple[float, ...] = ()  # bins: bin edges, spanning the values there are
+    line: float | None = None  # bins: where the threshold line is drawn (None: beyond every value)
+    shade: tuple[float, float] | None = None  # bins: the x range the threshold drops
+
+
+def histogram_layout(values: pa.ChunkedArray | pa.Array, threshold: Threshold) -> HistogramLayout:
+    """What the histogram of `values` under `threshold` shows. Booleans get two bars, the failing one red; one value
+    for every document gets one bar (no axis of values nobody has); integer signals get a bar per integer when they
+    span at most 40, with the line between the last dropped and the first kept integer; other signals get 40 bins
+    between their smallest and largest value. A threshold outside the values is named in the title, not drawn."""
+    name = threshold.reason
+    if pa.types.is_boolean(values.type):
+        counts = (pc.sum(pc.invert(values)).as_py() or 0, pc.sum(values).as_py() or 0)
+        # the bar the threshold drops: true under `max = false`, false under `min = true`, else none
+        failing = {("max", False): 1, ("min", True): 0}.get((threshold.bound, bool(threshold.value)))
+        return HistogramLayout(
+            f"{name} = {str(threshold.value).lower()}\n(red: dropped)", "boolean", ("false", "true"), counts, failing
+        )
+    numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    numbers = numbers[~np.isnan(numbers)]
+    low, high = (float(numbers.min()), float(numbers.max())) if len(numbers) else (0.0, 0.0)
+    title = name if threshold.value is None else f"{name} = {threshold.value:.4g}"
+    value = None if threshold.value is None else float(threshold.value)
+    if high == low:
+        return HistogramLayout(title, "one_value", (f"{low:.4g}",), (len(numbers),))
+    if pa.types.is_integer(values.type) and high - low <= 40:
+        edges = np.arange(low - 0.5, high + 1.5)
+        if value is not None:  # between integers: the first one kept under `min`, the last one kept under `max`
+            value = math.ceil(value) - 0.5 if threshold.bound == "min" else math.floor(value) + 0.5
+    else:
+        edges = np.linspace(low, high, 41)
+    if value is None:
+        return HistogramLayout(title, "bins", edges=tuple(edges.tolist()))
+    if not edges[0] < value < edges[-1]:
+        return HistogramLayout(title + "\n(beyond every value)", "bins", edges=tuple(edges.tolist()))
+    shade = (value, float(edges[-1])) if threshold.bound == "max" else (float(edges[0]), value)
+    return HistogramLayout(title, "bins", edges=tuple(edges.tolist()), line=value, shade=shade)
+
+
+def _figure_png(layout: HistogramLayout, numbers: np.ndarray | None) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(4.2, 2.3), dpi=80)
-    draw(axis)
+    figure, axis = plt.subplots(figsize=(4.2, 2.5), dpi=80)
+    if layout.kind == "bins":
+        axis.hist(numbers, bins=layout.edges, color=BAR_BLUE)
+        axis.set_xlim(layout.edges[0], layout.edges[-1])
+        if layout.line is not None:
+            axis.axvspan(*layout.shade, color=DROPPED_RED, alpha=0.12, linewidth=0, zorder=0)
+            axis.axvline(layout.line, color=DROPPED_RED, linewidth=1.5)
+    else:
+        colours = [BAR_BLUE] * len(layout.counts)
+        if layout.failing_bar is not None:
+            colours[layout.failing_bar] = DROPPED_RED
+        axis.bar(layout.labels, layout.counts, color=colours, width=0.8 if layout.kind == "boolean" else 0.4)
+    axis.set_yscale("symlog", linthresh=1)  # the few documents a rule drops stay visible
+    axis.set_title(layout.title, fontsize=8)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
@@ -28,53 +95,14 @@ def _figure_png(draw) -> str:
 
 
 def signal_histograms(view: RunView) -> dict[str, str]:
-    """A histogram (PNG, base64) per threshold over every document: counts on a log scale (the few documents a
-    rule drops stay visible), the axis spanning the values there are, the threshold drawn where it falls among
-    them (or named in the title where it lies beyond), the failing side shaded."""
+    """A histogram (PNG, base64) per threshold over every document, laid out by `histogram_layout`."""
     figures = {}
     for threshold in view.thresholds:
         values = view.documents.column(threshold.column)
-        if pa.types.is_boolean(values.type):
-            counts = [pc.sum(pc.invert(values)).as_py() or 0, pc.sum(values).as_py() or 0]
-            # the bar the threshold drops: true under `max = false`, false under `min = true`, else none
-            failing = (None if threshold.value else 1) if threshold.bound == "max" else (0 if threshold.value else None)
-
-            def draw(axis, counts=counts, threshold=threshold, failing=failing):
-                colours = ["#4c78a8", "#4c78a8"]
-                if failing is not None:
-                    colours[failing] = "#e45756"
-                axis.bar(["false", "true"], counts, color=colours)
-                axis.set_yscale("symlog", linthresh=1)
-                axis.set_title(f"{threshold.reason} = {str(threshold.value).lower()} (red: dropped)", fontsize=8)
-
-        else:
+        layout = histogram_layout(values, threshold)
+        numbers = None
+        if layout.kind == "bins":
             numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
             numbers = numbers[~np.isnan(numbers)]
-
-            def draw(axis, numbers=numbers, threshold=threshold):
-                low, high = (float(numbers.min()), float(numbers.max())) if len(numbers) else (0.0, 0.0)
-                if high == low:  # one value for every document: one bar, no axis of values nobody has
-                    axis.bar([f"{low:.4g}"], [len(numbers)], color="#4c78a8", width=0.4)
-                else:
-                    integers = np.all(numbers == np.round(numbers)) and high - low <= 40
-                    bins = np.arange(low - 0.5, high + 1.5) if integers else np.linspace(low, high, 41)
-                    axis.hist(numbers, bins=bins, color="#4c78a8")
-                axis.set_yscale("symlog", linthresh=1)
-                title = (
-                    f"{threshold.reason} = {threshold.value:.4g}" if threshold.value is not None else threshold.reason
-                )
-                if threshold.value is not None:
-                    value = float(threshold.value)
-                    if low < high and low <= value <= high:
-                        axis.axvline(value, color="#e45756", linewidth=1.5)
-                        left, right = axis.get_xlim()
-                        if threshold.bound == "max":
-                            axis.axvspan(value, right, color="#e45756", alpha=0.12)
-                        else:
-                            axis.axvspan(left, value, color="#e45756", alpha=0.12)
-                    else:
-                        title += " (beyond every value)"
-                axis.set_title(title, fontsize=8)
-
-        figures[threshold.reason] = _figure_png(draw)
+        figures[threshold.reason] = _figure_png(layout, numbers)
     return figures
