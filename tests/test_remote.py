@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import threading
 import uuid
@@ -14,7 +15,7 @@ import pytest
 from conftest import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
-from corpus.engine import run_job
+from corpus.engine import OutputLocked, RunFolder, run_job
 
 MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers 503 to everything
 
@@ -164,8 +165,22 @@ def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_read
                        for n in names if n.startswith("shards/") and n.endswith(".json"))[1]  # fmt: skip
     fs.rm(f"{url}/shards/{second_id}.json")
     fs.rm(f"{url}/documents/{second_id}.parquet")
+    # While a run holds the output, a second is refused, named; a lock left by a run killed outright says its fix.
+    holder = RunFolder(url)
+    holder.lock()
+    with pytest.raises(OutputLocked, match=rf"in use by pid {os.getpid()} on .* since "):
+        run_job(job, use_ray=False)
+    holder.unlock()
+    fs.pipe(f"{url}/.lock", b"pid 1 on gone-host since 2026-12-01 10:00:00 UTC")
+    with pytest.raises(
+        OutputLocked, match=re.escape("pid 1 on gone-host since 2026-12-01 10:00:00 UTC; wait")
+    ) as refusal:
+        run_job(job, use_ray=False)
+    assert f"delete {url}/.lock and run again" in str(refusal.value)
+    fs.rm(f"{url}/.lock")
     again = run_job(job, use_ray=False)
     assert again["shards"]["skipped_complete"] == 1 and again["totals"] == first["totals"]
+    assert not fs.exists(f"{url}/.lock")  # a run that ends removes its lock
     view = load_run(url)  # the report reads the run where it lives
     assert view.documents.num_rows == first["stages"]["extract"]["kept"]
     assert int(np.sum(view.documents.column("kept"))) == first["totals"]["kept"]

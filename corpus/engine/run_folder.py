@@ -22,6 +22,8 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -44,6 +46,7 @@ class RunFolder:
         self.url = url.rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         self._lock_handle = None
+        self._lock_object_path = None
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -180,8 +183,13 @@ class RunFolder:
         return ParquetShardWriter(self, relative, schema)
 
     def lock(self) -> None:
-        """Hold an exclusive lock on a local output folder for this process's life; refuse a second run."""
+        """Refuse a second run into this output while this one runs. A local folder is locked with `flock` for the
+        process's life (the kernel releases it whatever ends the process); an object store gets a `.lock` object
+        created only if absent (S3's conditional write), removed by `unlock`: a run killed outright leaves it, and the
+        refusal says how to remove it."""
+        holder = f"pid {os.getpid()} on {os.uname().nodename}"
         if not self.is_local:
+            self._lock_object(f"{holder} since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
             return
         Path(self.root).mkdir(parents=True, exist_ok=True)
         handle = open(os.path.join(self.root, ".lock"), "a+")  # noqa: SIM115 - held open for the run
@@ -189,21 +197,44 @@ class RunFolder:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            held_by = handle.read().strip() or "another process"
             handle.close()
             raise OutputLocked(
-                f"{self.url} is in use by {holder}; wait for it to finish or choose another output folder"
+                f"{self.url} is in use by {held_by}; wait for it to finish or choose another output folder"
             ) from None
         handle.seek(0)
         handle.truncate()
-        handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        handle.write(holder + "\n")
         handle.flush()
         self._lock_handle = handle
+
+    def _lock_object(self, holder: str) -> None:
+        lock = self.path(".lock")
+        try:
+            with self.fs.open(lock, "xb") as fh:
+                fh.write(holder.encode())
+        except FileExistsError:
+            try:
+                held_by = self.fs.cat_file(lock).decode().strip()
+            except FileNotFoundError:
+                held_by = "another run (just finished)"
+            raise OutputLocked(
+                f"{self.url} is in use by {held_by}; wait for it to finish or choose another output folder. If that "
+                f"run is gone (killed outright, so it could not remove its lock), delete {self.url}/.lock and run "
+                "again"
+            ) from None
+        except (ValueError, NotImplementedError):  # a store that cannot create only if absent
+            print(f"note: {self.url} cannot be locked; run one job into it at a time", file=sys.stderr)
+            return
+        self._lock_object_path = lock
 
     def unlock(self) -> None:
         if self._lock_handle is not None:
             self._lock_handle.close()
             self._lock_handle = None
+        if self._lock_object_path is not None:
+            self.fs.rm_file(self._lock_object_path)
+            self._lock_object_path = None
 
 
 class ParquetShardWriter:
