@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -168,6 +170,38 @@ def test_url_lists(tmp_path):
     assert values["banned_subword"] == [False, False, False, True, False, False]
     assert values["dropped_domain"] == [False, False, False, False, False, True]
     assert kept_by_defaults("url", values) == [False, False, False, False, True, False]
+
+
+def test_a_ut1_tarball_is_hashed_once_into_the_cache_and_rehashed_when_it_changes(tmp_path, monkeypatch):
+    import io
+    import os
+    import tarfile
+
+    from corpus.rules.url import _hashed_tar_members
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def write_tarball(domains: bytes, mtime_ns: int) -> Path:
+        path = tmp_path / "blacklists.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            for name, data in (("blacklists/adult/domains", domains), ("blacklists/adult/urls", b"bad.example/x\n")):
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+        return path
+
+    path = write_tarball(b"bad.example\nother.test\n", 10**18)
+    urls = ["http://bad.example/a", "http://other.test/", "http://new.test/"]
+    assert signals("url", [""] * 3, urls, blocklist=str(path))["blocked_domain"] == [True, True, False]
+    (cached,) = (tmp_path / "cache" / "corpus" / "lists").glob("*.npz")
+    hashed = _hashed_tar_members.__wrapped__(str(path))  # as a new worker process reads it: from the cache
+    assert {name: len(hashes) for name, hashes in hashed.items()} == {"domains": 2, "urls": 1}
+    with np.load(cached) as stored:
+        assert np.array_equal(stored["domains"], hashed["domains"])
+    path = write_tarball(b"new.test\n", 2 * 10**18)  # the list changed: its cached hashes are not used
+    assert len(_hashed_tar_members.__wrapped__(str(path))["domains"]) == 1
+    assert len(list((tmp_path / "cache" / "corpus" / "lists").glob("*.npz"))) == 2
 
 
 def test_dirty_words_whole_words_in_the_documents_language(tmp_path):
