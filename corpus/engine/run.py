@@ -94,29 +94,6 @@ def ensure_ray(verbose: bool = False) -> str:
     return f"the Ray cluster at {os.environ['RAY_ADDRESS']} ({nodes} node{'s' * (nodes != 1)}, {cpus} CPUs)"
 
 
-def _progress_actor():
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class ProgressCounter:
-        def __init__(self):
-            self.records = 0
-            self.documents = 0
-
-        def add(self, records: int, documents: int) -> None:
-            self.records += records
-            self.documents += documents
-
-        def totals(self) -> tuple[int, int]:
-            return self.records, self.documents
-
-    # On the driver's node: a worker node lost mid-job must not take the run's progress (and the run) with it.
-    here = ray.get_runtime_context().get_node_id()
-    return ProgressCounter.options(
-        scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
-    ).remote()
-
-
 class Runners:
     """The in-process runner, and Ray's, started the first time a phase needs it; says where each one runs."""
 
@@ -130,7 +107,6 @@ class Runners:
         self.inline = InlineRunner(self._count)
         self.where_ray = ""
         self._ray: RayRunner | None = None
-        self._counter = None
 
     def _count(self, records: int, documents: int) -> None:
         self.live[0] += records
@@ -142,19 +118,18 @@ class Runners:
             self.progress.update(*(max(live, done) for live, done in zip(self.live, self.finished, strict=True)))
 
     def shard_done(self, report: dict | None) -> None:
-        """A finished shard's own counts, so the line is current when a shard ends (Ray's live counts lag)."""
+        """A finished shard's own counts: the line is exact when a shard ends (a retried task's live counts are not)."""
         if report is not None and not report.get("skipped"):
             self.finished[0] += report["stages"]["read"]["received"]
             self.finished[1] += (report["documents"] or {}).get("rows", 0)
-        self.poll_progress()
+        self._show()
 
     def ray(self) -> RayRunner:
         if self._ray is None:
             self.where_ray = "on " + ensure_ray(self.verbose)
             if self.progress is not None:
                 self.progress.note(f"running {self.where_ray}")
-            self._counter = _progress_actor()
-            self._ray = RayRunner(self.options, self._counter, on_tick=self.poll_progress)
+            self._ray = RayRunner(self.options, self._count, on_tick=self._show)
         return self._ray
 
     def pick(self, needs_workers: bool):
@@ -164,16 +139,6 @@ class Runners:
         if runner is self.inline:
             return "in this process" + (" (--no-ray)" if not self.use_ray else ": nothing here needs Ray's workers")
         return self.where_ray
-
-    def poll_progress(self) -> None:
-        if self._counter is not None:
-            import ray
-
-            try:
-                self.live = list(ray.get(self._counter.totals.remote()))
-            except ray.exceptions.RayActorError:
-                self._counter = None  # progress is a nicety: the run goes on without its live line
-        self._show()
 
 
 def _stored_reports(plan: Plan) -> dict[str, dict]:

@@ -15,8 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import queue
 import resource
 import socket
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -114,28 +117,71 @@ class InlineRunner:
                 yield task, None, format_failure(exc)
 
 
-def _ray_execute(options: Job, task: Task, counter) -> dict:
+_PROGRESS_EVERY_S = 1.0
+
+
+def _ray_execute(options: Job, task: Task) -> Iterator[tuple]:
+    """A Ray generator task: ("progress", records, documents) about once a second while the task runs, then
+    ("report", report). Progress rides the task's own stream of results: no actor (a process of its own) to feed."""
     import ray
 
-    node = ray.get_runtime_context().get_node_id()
-    on_progress = (lambda r, d: counter.add.remote(r, d)) if counter is not None else None
-    return execute(options, task, Context(worker=f"ray-node:{node}", on_progress=on_progress))
+    updates: queue.SimpleQueue = queue.SimpleQueue()
+    outcome: dict = {}
+    context = Context(
+        worker=f"ray-node:{ray.get_runtime_context().get_node_id()}", on_progress=lambda r, d: updates.put((r, d))
+    )
+
+    def work() -> None:
+        try:
+            outcome["report"] = execute(options, task, context)
+        except BaseException as exc:  # noqa: BLE001 - raised again below, in the task's own thread
+            outcome["error"] = exc
+        finally:
+            updates.put(None)
+
+    worker = threading.Thread(target=work, name=f"corpus-{task.kind}", daemon=True)
+    worker.start()
+    records = documents = 0
+    last = time.monotonic()
+    finished = False
+    while not finished:
+        try:
+            update = updates.get(timeout=_PROGRESS_EVERY_S)
+        except queue.Empty:
+            update = (0, 0)
+        if update is None:
+            finished = True
+        else:
+            records, documents = records + update[0], documents + update[1]
+        if (records or documents) and (finished or time.monotonic() - last >= _PROGRESS_EVERY_S):
+            yield "progress", records, documents
+            records = documents = 0
+            last = time.monotonic()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    yield "report", outcome["report"]
 
 
 class RayRunner:
     """Tasks as Ray tasks, at most `window` in flight; the options object is put in the object store once per
-    distinct options (the resolved thresholds make a second one), so each task ships only itself."""
+    distinct options (the resolved thresholds make a second one), so each task ships only itself. Each task
+    streams its progress (`on_progress(records, documents)`) before its report."""
 
     name = "ray"
 
     def __init__(
-        self, options: Job, counter=None, window: int | None = None, on_tick: Callable[[], None] | None = None
+        self,
+        options: Job,
+        on_progress: Callable[[int, int], None] | None = None,
+        window: int | None = None,
+        on_tick: Callable[[], None] | None = None,
     ):
         import ray
 
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.window = window or max(64, 4 * cpus)
-        self.counter = counter
+        self.on_progress = on_progress
         self.on_tick = on_tick  # called about once a second while tasks run: the live progress line
         self.retries = options.ray.max_retries
         self._refs: dict[int, tuple[Job, object]] = {}
@@ -152,7 +198,7 @@ class RayRunner:
         import ray
 
         reference = self._options_ref(options)
-        in_flight: dict = {}
+        in_flight: dict = {}  # a task's stream of results -> the task
         pending = iter(tasks)
         exhausted = False
         while in_flight or not exhausted:
@@ -165,18 +211,30 @@ class RayRunner:
                 remote = self._remote.options(
                     num_cpus=options.ray.num_cpus_per_task if cpus is None else cpus, max_retries=self.retries
                 )
-                in_flight[remote.remote(reference, task, self.counter)] = task
+                in_flight[remote.remote(reference, task)] = task
             if not in_flight:
                 break
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
             if self.on_tick is not None:
                 self.on_tick()
-            for ref in ready:
-                task = in_flight.pop(ref)
+            for stream in ready:
+                task = in_flight[stream]
                 try:
-                    yield task, ray.get(ref), None
+                    message = ray.get(next(stream))
+                except StopIteration:  # cannot happen: a task ends with its report or an error
+                    in_flight.pop(stream)
+                    yield task, None, "RuntimeError: the task ended without a report"
+                    continue
                 except Exception as exc:  # noqa: BLE001 - a failed task is reported, the others go on
+                    in_flight.pop(stream)
                     yield task, None, format_failure(exc)
+                    continue
+                if message[0] == "progress":
+                    if self.on_progress is not None:
+                        self.on_progress(*message[1:])
+                else:
+                    in_flight.pop(stream)
+                    yield task, message[1], None
 
 
 class DryRunner:
