@@ -13,12 +13,17 @@ Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extrac
              signal of every rule for every document, MinHash dedup (signatures, clusters and decisions), token
              shards; `corpus run --no-ray`, and `corpus run` on its own one-CPU Ray cluster.
 
-Each side runs as its own process pinned to one core; its whole wall time (interpreter start included) over the
-input's HTML pages is its ms per page. "Extraction alone" is the extractor in a plain loop over pre-decoded
-pages: the floor of any pipeline. Both sides use the same lid.176 model file and tokenizer file.
+Each side runs as its own process pinned to one core. Two figures per side:
+  wall       the whole process's wall time (interpreter start, imports, model loads included) over the pages;
+  per page   what each further page costs: (wall on the input - wall on one copy of the WARCs) / (pages between),
+             the fixed costs of a run taken out on both sides, as a snapshot (~45,000 pages per WARC) pays them.
+`corpus` runs in-process (`--no-ray`), on a local Ray cluster it starts itself (Ray's start-up included), and on a
+1-CPU Ray cluster started beforehand (`ray start`, then `RAY_ADDRESS`: how a cluster runs jobs). "Extraction alone"
+is the extractor in a plain loop over pre-decoded pages: the floor of any pipeline. Both sides use the same lid.176
+model file and tokenizer file. The last lines compare per page on the started Ray cluster.
 
     pip install -e ".[parity]"   # datatrove and its WARC reader's dependencies
-    python benchmarks/fineweb_recipe.py [--copies 15] [--extractors trafilatura resiliparse] [--no-ray-only]
+    python benchmarks/fineweb_recipe.py [--copies 15] [--extractors trafilatura resiliparse]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -49,7 +55,7 @@ def build_input(folder: Path, copies: int, shared: Path) -> Path:
     if not warcs:
         raise SystemExit(f"no WARCs under {shared}: this benchmark needs ../shared/data (or --shared DIR)")
     target = folder / "input" / "replicated.warc.gz"
-    target.parent.mkdir()
+    target.parent.mkdir(parents=True)
     target.write_bytes(b"".join(path.read_bytes() for path in warcs) * copies)  # gzip members concatenate
     return target
 
@@ -84,6 +90,7 @@ def extraction_alone_ms(pages: list[tuple[str, str | None]], extractor: str) -> 
 
 
 def our_job(folder: Path, source: Path, extractor: str, shared: Path) -> Path:
+    """The recipe as a corpus job over `source`, writing to `folder/corpus-<extractor>` (`--output` overrides)."""
     lists = shared / "lists-datatrove"
     path = folder / f"corpus-{extractor}.toml"
     path.write_text(
@@ -223,12 +230,84 @@ def datatrove_kept(output: Path) -> int:
     return json.loads(stats.read_text())[-1]["stats"]["total"]
 
 
+class StartedRayCluster:
+    """A one-CPU Ray cluster started with `ray start` (on this process's core), as a cluster runs jobs; `env` points
+    a job at it. Stopped by its own processes (those of its temporary folder), never `ray stop`."""
+
+    def __enter__(self) -> StartedRayCluster:
+        import socket
+
+        self.temp = tempfile.mkdtemp(prefix="corpus-bench-ray-")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = dict(os.environ, RAY_AUTH_MODE="token")
+        ray = str(Path(sys.executable).with_name("ray"))
+        command = [ray, "start", "--head", "--num-cpus=1", f"--port={port}", "--include-dashboard=false"]
+        timed([*command, "--disable-usage-stats", f"--temp-dir={self.temp}"], env=env)
+        self.env = dict(env, RAY_ADDRESS=f"127.0.0.1:{port}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        subprocess.run(["pkill", "-9", "-f", self.temp], check=False)
+        time.sleep(1)
+        subprocess.run(["rm", "-rf", self.temp], check=False)
+
+
+@dataclass
+class Side:
+    """One way of running the recipe: its wall seconds on the input and on one copy of the WARCs."""
+
+    name: str
+    wall: float
+    wall_small: float | None = None
+
+    def ms(self, pages: int) -> float:
+        return self.wall * 1000 / pages
+
+    def per_page_ms(self, pages: int, small_pages: int) -> float | None:
+        if self.wall_small is None:
+            return None
+        return (self.wall - self.wall_small) * 1000 / (pages - small_pages)
+
+
+def run_sides(folder: Path, inputs: dict[str, Path], extractor: str, shared: Path) -> tuple[list[Side], dict]:
+    """Every side over the input ("large") and over one copy ("small"); returns the sides and our in-process stats."""
+    walls: dict[str, dict[str, float]] = {}
+    jobs = {}
+    for size, source in inputs.items():
+        work = folder / size
+        work.mkdir(exist_ok=True)
+        jobs[size] = [sys.executable, "-m", "corpus.cli", "run", str(our_job(work, source, extractor, shared))]
+        walls.setdefault("datatrove", {})[size] = timed(
+            [sys.executable, __file__, "--datatrove-run", str(source), str(work / "dt"), extractor]
+        )
+        walls.setdefault("corpus --no-ray", {})[size] = timed(
+            [*jobs[size], "--no-ray", "--output", str(work / "inline")]
+        )
+    stats = json.loads((folder / "large" / "inline" / "stats.json").read_text())
+    stats["datatrove_kept"] = datatrove_kept(folder / "large" / "dt")
+    walls["corpus, its own local Ray (start-up included)"] = {
+        "large": timed([*jobs["large"], "--output", str(folder / "large" / "cold-ray")])
+    }
+    with StartedRayCluster() as cluster:
+        # One job first, untimed: `ray start` returns while its agents still boot, on the same core.
+        timed([*jobs["small"], "--output", str(folder / "small" / "warm-up")], env=cluster.env)
+        for size in inputs:
+            walls.setdefault("corpus on a started 1-CPU Ray", {})[size] = timed(
+                [*jobs[size], "--output", str(folder / size / "started-ray")], env=cluster.env
+            )
+    for size in inputs:
+        subprocess.run(["rm", "-rf", str(folder / size)], check=True)
+    sides = [Side(name, runs["large"], runs.get("small")) for name, runs in walls.items()]
+    return sides, stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=15, help="replications of the shared WARCs (15: 4,950 pages)")
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--extractors", nargs="+", default=["resiliparse", "trafilatura"])
-    parser.add_argument("--no-ray-only", action="store_true", help="skip the run on a one-CPU Ray cluster")
     parser.add_argument("--datatrove-run", nargs=3, metavar=("INPUT", "OUTPUT", "EXTRACTOR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.datatrove_run:
@@ -240,55 +319,65 @@ def main() -> None:
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        source = build_input(folder, args.copies, args.shared)
-        pages, mean_bytes = decoded_pages(source)
-        print(f"input: {len(pages):,} HTML pages, mean {mean_bytes / 1000:,.1f} kB of HTML per page; one core each\n")
+        inputs = {"large": build_input(folder / "large-input", args.copies, args.shared)}
+        inputs["small"] = build_input(folder / "small-input", 1, args.shared)
+        pages, mean_bytes = decoded_pages(inputs["large"])
+        small_pages = len(decoded_pages(inputs["small"])[0])
+        print(
+            f"input: {len(pages):,} HTML pages ({args.copies} copies of the shared WARCs; one copy: {small_pages:,}), "
+            f"mean {mean_bytes / 1000:,.1f} kB of HTML per page; one core each\n"
+        )
         for extractor in args.extractors:
             alone = extraction_alone_ms(pages, extractor)
-            theirs = timed([sys.executable, __file__, "--datatrove-run", str(source), str(folder / "dt"), extractor])
-            theirs_kept = datatrove_kept(folder / "dt")
-            job = our_job(folder, source, extractor, args.shared)
-            ours = timed([sys.executable, "-m", "corpus.cli", "run", str(job), "--no-ray"])
-            stats = json.loads((folder / f"corpus-{extractor}" / "stats.json").read_text())
-            ray_wall = None
-            if not args.no_ray_only:
-                ray_wall = timed([sys.executable, "-m", "corpus.cli", "run", str(job), "--output", str(folder / "r")])
-            report(extractor, len(pages), alone, theirs, theirs_kept, ours, ray_wall, stats)
+            sides, stats = run_sides(folder, inputs, extractor, args.shared)
+            report(extractor, len(pages), small_pages, alone, sides, stats)
+            ours = next(side for side in sides if side.name == "corpus on a started 1-CPU Ray")
+            theirs = next(side for side in sides if side.name == "datatrove")
+            ours_ms, theirs_ms = ours.per_page_ms(len(pages), small_pages), theirs.per_page_ms(len(pages), small_pages)
             lines.append(
-                f"ms/page: ours {ours * 1000 / len(pages):.2f}, datatrove {theirs * 1000 / len(pages):.2f}, "
-                f"ratio {theirs / ours:.2f}; whole/extraction: {ours * 1000 / len(pages) / alone:.2f} ({extractor})"
+                f"ms/page: ours {ours_ms:.2f}, datatrove {theirs_ms:.2f}, ratio {theirs_ms / ours_ms:.2f}; "
+                f"whole/extraction: {ours_ms / alone:.2f} ({extractor}; per further page, on a started 1-CPU Ray "
+                f"cluster; wall over {len(pages):,} pages: ours {ours.ms(len(pages)):.2f}, datatrove "
+                f"{theirs.ms(len(pages)):.2f}, ratio {theirs.wall / ours.wall:.2f})"
             )
-            for leftover in ("dt", "r", f"corpus-{extractor}"):
-                subprocess.run(["rm", "-rf", str(folder / leftover)], check=True)
     print("\n".join(lines))
 
 
-def report(extractor, pages, alone, theirs, theirs_kept, ours, ray_wall, stats) -> None:
+def report(extractor: str, pages: int, small_pages: int, alone: float, sides: list[Side], stats: dict) -> None:
     per_page = 1000 / pages
     print(f"== {extractor}")
-    print("ours, --no-ray, ms/page by where the time went")
+    print("ours, --no-ray, ms/page of wall by where the time went")
     shard_stages = ("read", "prefilter", "extract", "annotate")
     for stage in shard_stages:
-        print(f"  {'shard task: ' + stage:<42}{stats['stages'][stage]['seconds'] * per_page:>10.2f}")
+        print(f"  {'shard task: ' + stage:<46}{stats['stages'][stage]['seconds'] * per_page:>10.2f}")
     inside = sum(stats["stages"][stage]["seconds"] for stage in shard_stages)
     phases = stats["phase_seconds"]
-    print(f"  {'shard task: the rest (Parquet, dedup keys)':<42}{(phases['extract'] - inside) * per_page:>10.2f}")
+    print(f"  {'shard task: the rest (Parquet, dedup keys)':<46}{(phases['extract'] - inside) * per_page:>10.2f}")
     for phase in ("plan", "corpus rules", "select", "dedup", "tokenize"):
         if phase in phases:
-            print(f"  {phase:<42}{phases[phase] * per_page:>10.2f}")
-    startup = ours - sum(phases.values())
-    print(f"  {'process start, imports, summary':<42}{startup * per_page:>10.2f}")
+            print(f"  {phase:<46}{phases[phase] * per_page:>10.2f}")
+    inline = next(side for side in sides if side.name == "corpus --no-ray")
+    startup = inline.wall - sum(phases.values())
+    print(f"  {'process start, imports, summary':<46}{startup * per_page:>10.2f}")
     print()
-    print(f"{'whole recipe, ms/page':<44}{'ours':>10}{'datatrove':>11}{'ratio':>8}")
-    print(f"{'  corpus --no-ray':<44}{ours * per_page:>10.2f}{theirs * per_page:>11.2f}{theirs / ours:>7.2f}x")
-    if ray_wall is not None:
-        ray_ms = ray_wall * per_page
-        print(f"{'  corpus on a 1-CPU Ray':<44}{ray_ms:>10.2f}{theirs * per_page:>11.2f}{theirs / ray_wall:>7.2f}x")
-    print(f"{'  extraction alone':<44}{alone:>10.2f}")
+    theirs = next(side for side in sides if side.name == "datatrove")
+    dt_wall, dt_page = theirs.ms(pages), theirs.per_page_ms(pages, small_pages)
+    print(f"{'ms/page':<48}{'wall':>8}{'ratio':>8}{'per page':>10}{'ratio':>8}{'fixed s':>9}")
+    for side in sides:
+        wall, page = side.ms(pages), side.per_page_ms(pages, small_pages)
+        cells = f"{wall:>8.2f}{dt_wall / wall:>7.2f}x"
+        if page is not None:
+            fixed = side.wall - page * pages / 1000
+            cells += f"{page:>10.2f}{dt_page / page:>7.2f}x{fixed:>9.1f}"  # fixed: seconds a run pays once
+        print(f"  {side.name:<46}{cells}")
+    print(f"  {'extraction alone':<46}{'':>16}{alone:>10.2f}")
     kept = stats["stages"]["select"]["kept"]
-    print(f"documents through the filters: ours {kept:,}, datatrove {theirs_kept:,}")
-    hours = CC_PAGES_PER_SNAPSHOT * ours / pages / 3600
-    print(f"one Common Crawl snapshot ({CC_PAGES_PER_SNAPSHOT:,} pages) at this rate: {hours:,.0f} core-hours\n")
+    print(f"documents through the filters: ours {kept:,}, datatrove {stats['datatrove_kept']:,}")
+    ours = next(side for side in sides if side.name == "corpus on a started 1-CPU Ray")
+    hours = CC_PAGES_PER_SNAPSHOT * ours.per_page_ms(pages, small_pages) / 1000 / 3600
+    print(
+        f"one Common Crawl snapshot ({CC_PAGES_PER_SNAPSHOT:,} pages) at our per-page cost: {hours:,.0f} core-hours\n"
+    )
 
 
 if __name__ == "__main__":

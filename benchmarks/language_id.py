@@ -5,9 +5,10 @@
    shared WARCs and HTML sets (main text by the default extractor). Per N: agreement of the top language, of a
    one-language job's keep decision (en at score >= 0.65), and ms per text.
 2. Pre-pass: a job keeping one language (FineWeb: English at lid score >= 0.65 on the extracted text) drops pages
-   whose quick resiliparse text is identified as another language with score >= `prepass_min_score`, before the
-   expensive extractor runs. Over the same pages: the share of the pages the full path keeps that the pre-pass
-   keeps too (goal >= 99 %), and the share of all pages it spares the extractor.
+   whose quick text (all the page's visible text, as the pre-pass reads it before trafilatura) is identified as
+   another language with score >= `prepass_min_score`, before the expensive extractor runs. Over the same pages:
+   the share of the pages the full path keeps that the pre-pass keeps too (goal >= 99 %), and the share of all
+   pages it spares the extractor.
 
     python benchmarks/language_id.py [--language en]
 """
@@ -79,12 +80,12 @@ def main() -> None:
     parser.add_argument("--language", default="en", help="the one language the job keeps")
     parser.add_argument("--min-score", type=float, default=0.65, help="the job's language score threshold")
     args = parser.parse_args()
-    from corpus.stages.extract import ExtractOptions, LanguageIdentifier, main_text, resiliparse_text
+    from corpus.stages.extract import ExtractOptions, LanguageIdentifier, main_text, page_text
 
     pages = shared_pages(args.shared)
     extractor = ExtractOptions().extractor
     texts = [main_text(extractor, html, url).strip() for html, url in pages]
-    quick = [resiliparse_text(html) for html, _ in pages]
+    quick = [page_text(html) for html, _ in pages]
 
     keep = f"{args.language}>={args.min_score:g}"
     print(f"{'texts':<34}{'count':>6}{'mean chars':>11}{'prefix':>8}{'top lang':>10}{keep:>10}{'ms/text':>9}")

@@ -70,7 +70,7 @@ def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path
 
 
 def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path):
-    # The default extractor (trafilatura) after the pre-pass's resiliparse text: two different texts.
+    # The default extractor (trafilatura) after the pre-pass read the page's visible text: two different texts.
     full_stats, full = run_sample(tmp_path, "full", extract="")
     prepass_stats, prepass = run_sample(tmp_path, "prepass", extract='prepass_languages = ["en"]\n')
     accounted(prepass_stats["stages"])
