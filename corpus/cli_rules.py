@@ -39,7 +39,6 @@ def _documents_to_try(paths: list[str], limit: int):
     import pyarrow.parquet as pq
 
     from corpus.api import extract_text
-    from corpus.stages.read import ReadOptions, read_records
 
     for path in paths:
         if not Path(path).is_file():
@@ -53,23 +52,32 @@ def _documents_to_try(paths: list[str], limit: int):
                 yield row.get("id") or path, row["text"], row.get("url"), row.get("lang")
             continue
         if re.search(r"\.(warc|wet)(\.gz)?$", path, re.IGNORECASE):
-            pages = 0
-            with open(path, "rb") as stream:
-                for batch in read_records(stream, path, ReadOptions()):
-                    for record in batch.table.to_pylist():
-                        if pages >= limit:
-                            break
-                        text = record["payload"].decode("utf-8", "replace").strip()
-                        if record["kind"] == "html":
-                            text = extract_text(record["payload"], record["url"], charset=record["http_charset"])
-                        if text:
-                            pages += 1
-                            yield record["url"] or record["id"], text, record["url"], None
+            yield from _warc_pages(path, limit)
             continue
         with open(path, "rb") as fh:
             data = fh.read()
         html = path.endswith((".html", ".htm"))
         yield path, (extract_text(data) or "") if html else data.decode("utf-8", "replace"), None, None
+
+
+def _warc_pages(path: str, limit: int):
+    """The first `limit` pages of a WARC/WET file with text, extracted as a run extracts them; reads no further."""
+    from corpus.api import extract_text
+    from corpus.stages.read import ReadOptions, read_records
+
+    pages = 0
+    with open(path, "rb") as stream:
+        for batch in read_records(stream, path, ReadOptions()):
+            for record in batch.table.to_pylist():
+                if pages >= limit:
+                    return
+                if record["kind"] == "html":
+                    text = extract_text(record["payload"], record["url"], charset=record["http_charset"])
+                else:
+                    text = record["payload"].decode("utf-8", "replace").strip()
+                if text:
+                    pages += 1
+                    yield record["url"] or record["id"], text, record["url"], None
 
 
 def rules_try(args: argparse.Namespace) -> int:

@@ -163,11 +163,10 @@ def _fallback_worthwhile(html: str) -> bool:
     return True
 
 
-def main_text(extractor: str, html: str, url: str | None, quick_text: str | None = None) -> str:
-    """The main text of a page by one of `EXTRACTORS`, stripped; `quick_text`: resiliparse's main text, when the
-    language pre-pass already made it."""
+def main_text(extractor: str, html: str, url: str | None) -> str:
+    """The main text of a page by one of `EXTRACTORS`, stripped."""
     if extractor == "resiliparse":
-        return quick_text if quick_text is not None else resiliparse_text(html)
+        return resiliparse_text(html)
     text = (trafilatura_text(html, url, favor_precision=extractor == "trafilatura_fineweb") or "").strip()
     if text or extractor != "trafilatura":
         return text
@@ -200,7 +199,7 @@ class PageExtractor:
                 lang, score = quick_language
                 if lang not in self.prepass and (score or 0.0) >= settings["prepass_min_score"]:
                     return (PREPASS_DROP,)
-            text = main_text(settings["extractor"], html, url, quick_text)  # stripped
+            text = quick_text if quick_text is not None else main_text(settings["extractor"], html, url)  # stripped
             if text is not quick_text:
                 quick_language = None  # another text than the pre-pass identified
         if len(text) < settings["min_text_chars"]:

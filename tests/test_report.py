@@ -55,12 +55,13 @@ def _shown_at(screen: np.ndarray, figure: np.ndarray) -> np.ndarray:
     height, width, _ = figure.shape
     middle = figure[height // 2].tobytes()
     for y, row in enumerate(screen[height // 2 :], start=height // 2):
-        start = row.tobytes().find(middle)
+        pixels = row.tobytes()
+        start = pixels.find(middle)
         while start != -1:
             top, x = y - height // 2, start // 3
             if start % 3 == 0 and np.array_equal(screen[top : top + height, x : x + width], figure):
                 return screen[top : top + height, x : x + width]
-            start = row.tobytes().find(middle, start + 1)
+            start = pixels.find(middle, start + 1)
     raise AssertionError("a histogram is not shown, or not pixel for pixel, in the page's screenshot")
 
 

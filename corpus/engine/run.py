@@ -102,8 +102,7 @@ class Runners:
         self.use_ray = use_ray
         self.verbose = verbose
         self.progress: RunProgress | None = None
-        self.live = [0, 0]  # records and documents the running shards reported so far
-        self.finished = [0, 0]  # the same, from the reports of finished shards: exact, never behind
+        self.live = [0, 0]  # records and documents the shards reported so far (each before its report)
         self.inline = InlineRunner(self._count)
         self.where_ray = ""
         self._ray: RayRunner | None = None
@@ -115,14 +114,7 @@ class Runners:
 
     def _show(self) -> None:
         if self.progress:
-            self.progress.update(*(max(live, done) for live, done in zip(self.live, self.finished, strict=True)))
-
-    def shard_done(self, report: dict | None) -> None:
-        """A finished shard's own counts: the line is exact when a shard ends (a retried task's live counts are not)."""
-        if report is not None and not report.get("skipped"):
-            self.finished[0] += report["stages"]["read"]["received"]
-            self.finished[1] += (report["documents"] or {}).get("rows", 0)
-        self._show()
+            self.progress.update(*self.live)
 
     def ray(self) -> RayRunner:
         if self._ray is None:
@@ -241,7 +233,6 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
     failed: dict[str, str] = {}
 
     def finished(task, report, error) -> None:
-        runners.shard_done(report)
         progress.shard_finished(task.id, error)
 
     try:

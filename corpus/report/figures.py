@@ -33,6 +33,12 @@ class HistogramLayout:
     shade: tuple[float, float] | None = None  # bins: the x range the threshold drops
 
 
+def _present_numbers(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The values as float64, nulls and NaNs left out."""
+    numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return numbers[~np.isnan(numbers)]
+
+
 def histogram_layout(values: pa.ChunkedArray | pa.Array, threshold: Threshold) -> HistogramLayout:
     """What the histogram of `values` under `threshold` shows. Booleans get two bars, the failing one red; one value
     for every document gets one bar (no axis of values nobody has); integer signals get a bar per integer when they
@@ -46,8 +52,7 @@ def histogram_layout(values: pa.ChunkedArray | pa.Array, threshold: Threshold) -
         return HistogramLayout(
             f"{name} = {str(threshold.value).lower()}\n(red: dropped)", "boolean", ("false", "true"), counts, failing
         )
-    numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    numbers = numbers[~np.isnan(numbers)]
+    numbers = _present_numbers(values)
     low, high = (float(numbers.min()), float(numbers.max())) if len(numbers) else (0.0, 0.0)
     title = name if threshold.value is None else f"{name} = {threshold.value:.4g}"
     value = None if threshold.value is None else float(threshold.value)
@@ -100,9 +105,5 @@ def signal_histograms(view: RunView) -> dict[str, str]:
     for threshold in view.thresholds:
         values = view.documents.column(threshold.column)
         layout = histogram_layout(values, threshold)
-        numbers = None
-        if layout.kind == "bins":
-            numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
-            numbers = numbers[~np.isnan(numbers)]
-        figures[threshold.reason] = _figure_png(layout, numbers)
+        figures[threshold.reason] = _figure_png(layout, _present_numbers(values) if layout.kind == "bins" else None)
     return figures
