@@ -191,7 +191,9 @@ def read_toml(path: Path) -> tuple[dict, bytes]:
     try:
         raw_bytes = path.read_bytes()
     except OSError as exc:
-        raise JobError(f"cannot read job file {path}: {exc.strerror}") from exc
+        raise JobError(
+            f"cannot read job file {path}: {exc.strerror}; give the path of a TOML job file (e.g. jobs/sample.toml)"
+        ) from exc
     try:
         return tomllib.loads(raw_bytes.decode("utf-8")), raw_bytes
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
