@@ -55,7 +55,9 @@ def test_a_failed_write_says_what_to_do_by_its_cause():
 
 def test_ctrl_c_says_how_many_shards_are_complete_and_how_to_resume(shared_warcs, tmp_path):
     inputs = [str(path) for path in shared_warcs]
-    body = '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["gopher_quality"]\n'
+    # trafilatura: slow enough (~35 ms a page) that the run is still going when the signal lands; with resiliparse
+    # the last shard can finish first on a fast machine.
+    body = '[extract]\nextractor = "trafilatura"\n[annotate]\nrules = ["gopher_quality"]\n'
     job = write_job(tmp_path, inputs, tmp_path / "out", body)
     run = subprocess.Popen(
         [sys.executable, "-m", "corpus.cli", "run", str(job), "--no-ray"],
