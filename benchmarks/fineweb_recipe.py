@@ -37,6 +37,7 @@ model file and tokenizer file. The last lines compare per page on the started Ra
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import importlib.util
 import json
@@ -55,6 +56,7 @@ CC_PAGES_PER_SNAPSHOT = 90_000 * 45_000  # one Common Crawl snapshot: ~90,000 WA
 # page): English is 41.862 % of CC-MAIN-2026-39's pages.
 CC_ENGLISH_SHARE = 0.41862
 INPUTS = ("shared", "language-mix")
+LANGUAGE_MIN_SCORE = 0.65  # FineWeb's lid.176 threshold, corpus's `language` rule default
 
 
 def neox_tokenizer() -> Path:
@@ -109,9 +111,9 @@ def shared_pages(shared: Path) -> tuple[list[Page], int]:
                     if record_id not in readable:
                         skipped += 1
                         continue
-                    end = next(start for start in starts if start > offset)
+                    end = starts[bisect.bisect_right(starts, offset)]
                     lang, score = identify(main_text("trafilatura", decode_html(payload, charset)[0], url))
-                    pages.append(Page(data[offset:end], lang != "en" and (score or 0.0) >= 0.65))
+                    pages.append(Page(data[offset:end], lang != "en" and (score or 0.0) >= LANGUAGE_MIN_SCORE))
     return pages, skipped
 
 
@@ -120,9 +122,7 @@ def build_input(folder: Path, name: str, units: int, pages: list[Page]) -> tuple
     until English pages are Common Crawl's share (the closest whole repetition). Returns it and its English share."""
     other = sum(page.other_language for page in pages)
     english = len(pages) - other
-    repeats = max(1, round(english * (1 - CC_ENGLISH_SHARE) / (other * CC_ENGLISH_SHARE)))
-    if name == "shared":
-        repeats = 1
+    repeats = 1 if name == "shared" else max(1, round(english * (1 - CC_ENGLISH_SHARE) / (other * CC_ENGLISH_SHARE)))
     unit = b"".join(page.record * (repeats if page.other_language else 1) for page in pages)
     target = folder / "input" / f"{name}.warc.gz"
     target.parent.mkdir(parents=True)
@@ -253,7 +253,7 @@ def run_datatrove(source: Path, output: Path, extractor: str, shared: Path) -> N
     xxhash.xxh64_intdigest = lambda data: xxh64(data.encode() if isinstance(data, str) else data)
     # datatrove asks for its `fasttext-numpy2-wheel` fork by name; the `fasttext` module corpus installs serves.
     LanguageFilter._requires_dependencies = ["fasttext", "fasteners"]
-    language = LanguageFilter(languages=["en"], language_threshold=0.65)
+    language = LanguageFilter(languages=["en"], language_threshold=LANGUAGE_MIN_SCORE)
     language.model = LocalFT176(["en"])
     # As FineWeb ran it: the filtering pipeline writes its documents; signatures and tokens read them back.
     filtering = [
@@ -336,25 +336,25 @@ class StartedRayCluster:
     def _processes(self) -> dict[int, float]:
         """This cluster's processes, with their CPU seconds so far: those whose command line names its temporary
         folder and their descendants (Ray's agents rename themselves, `ray::DashboardAgent`)."""
-        parent, cpu, ours = {}, {}, set()
+        children: dict[int, list[int]] = {}
+        cpu, pending = {}, []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
                 pid = int(stat.parent.name)
                 fields = stat.read_text().rsplit(")", 1)[1].split()
-                parent[pid] = int(fields[1])
+                children.setdefault(int(fields[1]), []).append(pid)
                 cpu[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
                 if self.temp in (stat.parent / "cmdline").read_bytes().decode(errors="replace"):
-                    ours.add(pid)
+                    pending.append(pid)
             except (OSError, ValueError):
                 continue
-        grown = True
-        while grown:
-            grown = False
-            for pid, ppid in parent.items():
-                if ppid in ours and pid not in ours:
-                    ours.add(pid)
-                    grown = True
-        return {pid: cpu[pid] for pid in ours}
+        ours: dict[int, float] = {}
+        while pending:
+            pid = pending.pop()
+            if pid not in ours:
+                ours[pid] = cpu[pid]
+                pending.extend(children.get(pid, []))
+        return ours
 
     def __exit__(self, *exc) -> None:
         for pid in self._processes():
