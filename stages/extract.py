@@ -277,7 +277,7 @@ def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None)
         else:
             row = records.slice(position, 1).select(["source", "offset", "url"]).to_pylist()[0]
             counts.fail(reply[0], row["source"], row["offset"], reply[1] or "", row["url"])
-    base = records.filter(pa.array(kept)).select([field.name for field in RECORD_FIELDS])
+    base = records.select([field.name for field in RECORD_FIELDS]).filter(pa.array(kept))  # payloads not copied
     arrays = [pa.array(columns[field.name], field.type) for field in DOCUMENTS if field.name in columns]
     counts.kept = base.num_rows
     counts.seconds = time.perf_counter() - started

@@ -54,4 +54,5 @@ def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Thr
     counts = selection.counts
     counts.stage = STAGE
     counts.seconds = time.perf_counter() - started
-    return StageResult(records.filter(pa.array(np.asarray(kept, np.bool_))), counts)
+    kept = np.asarray(kept, np.bool_)
+    return StageResult(records if kept.all() else records.filter(pa.array(kept)), counts)  # no payload copy

@@ -52,11 +52,12 @@ def _agreement(ours: np.ndarray, theirs: np.ndarray, ids: list[str], name: str) 
 
 
 def test_word_splitter_gives_exactly_its_expressions_words_on_real_documents():
-    from corpus.text.words import WORD, SplitWords
+    from corpus.text.words import WORD, SplitWords, code_points, count_words
 
     shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
     texts = _real_documents().column("text").to_pylist()
     words = SplitWords(texts)
+    assert count_words(*code_points(texts)).tolist() == np.diff(words.offsets).tolist()
     for i, text in enumerate(texts):
         ids = words.ids[words.offsets[i] : words.offsets[i + 1]].tolist()
         assert [words.distinct[j] for j in ids] == WORD.findall(text), f"document {i}"

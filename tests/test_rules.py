@@ -289,7 +289,7 @@ def test_word_splitter_equals_its_expression_on_random_tricky_text():
     case-insensitive matching folds onto ASCII letters (İ ı ſ and the Kelvin sign)."""
     import random
 
-    from corpus.text.words import WORD, SplitWords
+    from corpus.text.words import WORD, SplitWords, code_points, count_words
 
     rng = random.Random(7)
     characters = list("aAnNtTsSmMrReEdDlLvVhHpPwWkK.,:/-+_'’=\\ \n\t0123456789{}()!?$…") + list("İıſ\u212aé٣\u00a0中")
@@ -299,9 +299,11 @@ def test_word_splitter_equals_its_expression_on_random_tricky_text():
         for _ in range(20_000)
     ]
     words = SplitWords(texts)
+    counts = count_words(*code_points(texts))
     for i, text in enumerate(texts):
         ids = words.ids[words.offsets[i] : words.offsets[i + 1]].tolist()
         assert [words.distinct[j] for j in ids] == WORD.findall(text), repr(text)
+        assert counts[i] == len(ids), repr(text)
 
 
 def test_character_classes_are_pythons():

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.text.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points, folded_word_hashes
+from corpus.text.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points, count_words, folded_word_hashes
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -168,7 +168,9 @@ class DocumentBatch:
 
     @cached_property
     def word_counts(self) -> np.ndarray:
-        return np.diff(self.word_offsets)
+        if "words" in self.__dict__:  # already split
+            return np.diff(self.word_offsets)
+        return count_words(*self.code_points)
 
     @cached_property
     def text_lengths(self) -> np.ndarray:

@@ -328,15 +328,20 @@ def _split_words(cp, text_offsets, flags, abbreviations):
                 i += 1
                 continue
             chunk_start = i
-            chunk_is_symbols = True
+            word_chars = 0
             while i < text_end and not (flags[cp[i]] & SPACE):
                 if flags[cp[i]] & WORD_CHAR:
-                    chunk_is_symbols = False
+                    word_chars += 1
                 i += 1
+            chunk_is_symbols = word_chars == 0
+            chunk_is_word = word_chars == i - chunk_start  # every alternative before `\w+` needs a non-\w
             chunk_end = i
             p = chunk_start
             while p < chunk_end:
-                q = _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, chunk_is_symbols)
+                if chunk_is_word:
+                    q = chunk_end
+                else:
+                    q = _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, chunk_is_symbols)
                 h1 = FNV_OFFSET
                 h2 = SECOND_OFFSET
                 for k in range(p, q):
@@ -362,6 +367,41 @@ def _split_words(cp, text_offsets, flags, abbreviations):
                 p = q
         word_offsets[t + 1] = n_words
     return word_offsets, starts[:n_words], ends[:n_words], ids[:n_words], id_start[:n_ids], id_length[:n_ids]
+
+
+@njit(cache=True)
+def _count_words(cp, text_offsets, flags, abbreviations):
+    """Words per text as `_split_words` splits them, without giving them ids: ~3x cheaper, for rules that need
+    only the counts (FineWeb's newlines per word, on the text C4 leaves)."""
+    counts = np.zeros(len(text_offsets) - 1, np.int64)
+    for t in range(len(text_offsets) - 1):
+        text_end = text_offsets[t + 1]
+        i = text_offsets[t]
+        while i < text_end:
+            if flags[cp[i]] & SPACE:
+                i += 1
+                continue
+            chunk_start = i
+            word_chars = 0
+            while i < text_end and not (flags[cp[i]] & SPACE):
+                if flags[cp[i]] & WORD_CHAR:
+                    word_chars += 1
+                i += 1
+            chunk_is_symbols = word_chars == 0
+            chunk_is_word = word_chars == i - chunk_start  # every alternative before `\w+` needs a non-\w
+            if chunk_is_word:
+                counts[t] += 1
+                continue
+            p = chunk_start
+            while p < i:
+                p = _match_end(cp, flags, abbreviations, p, chunk_start, i, text_end, chunk_is_symbols)
+                counts[t] += 1
+    return counts
+
+
+def count_words(points: np.ndarray, text_offsets: np.ndarray) -> np.ndarray:
+    """Words per text of `code_points(texts)`: what `SplitWords` would count."""
+    return _count_words(points, text_offsets, character_classes(), _ABBREVIATION_CODES)
 
 
 @njit(cache=True)
