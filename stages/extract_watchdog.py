@@ -5,30 +5,61 @@ A page that takes longer than `timeout_s` or blows the memory limit is killed an
 workers are multi-threaded, and multiprocessing's spawn would re-run the user's __main__), talking over a socket
 pair. What the child does with a page is `corpus.stages.extract.PageExtractor`: decoding, the optional language
 pre-pass, extraction and language ID all happen there, so the parent only moves bytes in and columns out.
+
+Pages go over in chunks and their replies come back one message per chunk (a message per page cost ~5 % of a
+resiliparse run in system calls and context switches). Which page the child is on, and since when, it writes to a
+small file both processes map (`_Progress`): the watchdog reads it to time each page and to name the page that hung
+or crashed the child. The replies of that chunk's earlier pages die with the child and are extracted again.
 """
 
 from __future__ import annotations
 
 import atexit
+import mmap
 import multiprocessing
 import os
 import resource
+import struct
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from functools import cache
 
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
 _STARTUP_TIMEOUT_S = 120.0
+_CRASHED = "extract_crashed"
 
 
-def serve_extractor(fd: int) -> None:
-    """Child process: receive its settings, then handle pages as they arrive, one reply per page, in order."""
+class _Progress:
+    """Pages of the current chunk the child has started, and the monotonic time it started the latest: 16 bytes of
+    a file both processes map. The parent resets it before each chunk; the child writes it as it starts a page."""
+
+    LAYOUT = struct.Struct("<qd")
+
+    def __init__(self, fd: int):
+        self.map = mmap.mmap(fd, self.LAYOUT.size)
+
+    def reset(self) -> None:
+        self.LAYOUT.pack_into(self.map, 0, 0, 0.0)
+
+    def started(self, pages: int) -> None:
+        self.LAYOUT.pack_into(self.map, 0, pages, time.monotonic())
+
+    def read(self) -> tuple[int, float]:
+        return self.LAYOUT.unpack_from(self.map, 0)
+
+
+def serve_extractor(fd: int, progress_fd: int) -> None:
+    """Child process: receive its settings, then handle chunks of pages as they arrive, one reply per page, sent
+    per chunk, in order."""
     from multiprocessing.connection import Connection
 
     from corpus.stages.extract import PageExtractor
 
     conn = Connection(fd)
+    progress = _Progress(progress_fd)
     settings, memory_limit_mb = conn.recv()
     limit = memory_limit_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -41,14 +72,18 @@ def serve_extractor(fd: int) -> None:
             return  # the parent is gone (its worker was killed): nothing left to do
         if pages is None:
             return
-        for page in pages:
+        replies = []
+        for number, page in enumerate(pages, 1):
+            progress.started(number)
             try:
-                conn.send(handle(*page))
+                replies.append(handle(*page))
             except MemoryError:
-                conn.send(("extract_crashed", "MemoryError: the page exceeded the extractor memory limit"))
+                replies.append((_CRASHED, "MemoryError: the page exceeded the extractor memory limit"))
+                conn.send(replies)
                 return  # the heap may be left in a bad state: let the parent start a fresh child
             except Exception as exc:  # noqa: BLE001 - any extractor bug is a per-page error, not a crash
-                conn.send(("extract_failed", f"{type(exc).__name__}: {exc}"))
+                replies.append(("extract_failed", f"{type(exc).__name__}: {exc}"))
+        conn.send(replies)
 
 
 class ExtractionWatchdog:
@@ -62,20 +97,28 @@ class ExtractionWatchdog:
         self.memory_limit_mb = memory_limit_mb
         self._process: subprocess.Popen | None = None
         self._conn = None
+        self._progress_file = None
+        self._progress: _Progress | None = None
         self.restarts = 0
 
     def _start(self) -> None:
         parent_conn, child_conn = multiprocessing.Pipe()
         fd = child_conn.fileno()
+        self._progress_file = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the child, closed in close()
+        progress_fd = self._progress_file.fileno()
+        os.ftruncate(progress_fd, _Progress.LAYOUT.size)
+        self._progress = _Progress(progress_fd)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._process = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
-                "import sys; from corpus.stages.extract_watchdog import serve_extractor as s; s(int(sys.argv[1]))",
+                "import sys; from corpus.stages.extract_watchdog import serve_extractor as s; "
+                "s(int(sys.argv[1]), int(sys.argv[2]))",
                 str(fd),
+                str(progress_fd),
             ],
-            pass_fds=[fd],
+            pass_fds=[fd, progress_fd],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -104,7 +147,10 @@ class ExtractionWatchdog:
             self._process.wait(5)
         if self._conn is not None:
             self._conn.close()
-        self._process = self._conn = None
+        if self._progress_file is not None:
+            self._progress.map.close()
+            self._progress_file.close()
+        self._process = self._conn = self._progress_file = self._progress = None
 
     def _exit_code(self) -> int | None:
         """The dead child's exit code (it may not be reaped yet when its end of the socket closes)."""
@@ -122,41 +168,50 @@ class ExtractionWatchdog:
         """One reply per page, in order: `PageExtractor`'s, or (error class, message) for a page that killed it.
         `on_pages(n)` is told as each chunk of n pages is done (a live progress line within a shard)."""
         results: list[tuple] = []
+        failed: dict[int, tuple] = {}  # page -> the reply of a page that hung or crashed the child
         while len(results) < len(pages):
+            position = len(results)
+            if position in failed:
+                results.append(failed.pop(position))
+                continue
             if self._process is not None and self._process.poll() is not None:
                 self._discard()  # died between batches
             if self._process is None:
                 self._start()
-            start = len(results)
-            for chunk_start in range(start, len(pages), _SEND_CHUNK):
-                self._conn.send(pages[chunk_start : chunk_start + _SEND_CHUNK])
-                before = len(results)
-                complete = self._receive_chunk(results, min(_SEND_CHUNK, len(pages) - chunk_start))
-                if on_pages is not None:
-                    on_pages(len(results) - before)
-                if not complete:
-                    break
+            end = min([position + _SEND_CHUNK, len(pages), *(page for page in failed if page > position)])
+            replies, failure = self._run_chunk(pages[position:end])
+            results.extend(replies)
+            if failure is not None:
+                failed[position + failure[0]] = failure[1]
+            if on_pages is not None and replies:
+                on_pages(len(replies))
         return results
 
-    def _receive_chunk(self, results: list, expected: int) -> bool:
-        """Collect one chunk's replies; False when the child had to be killed (the rest is re-sent)."""
-        for _ in range(expected):
-            if not self._conn.poll(self.timeout_s):
+    def _run_chunk(self, chunk: list[tuple]) -> tuple[list[tuple], tuple[int, tuple] | None]:
+        """The replies of a chunk's pages and, when a page hung or crashed the child (which is then discarded),
+        (its index in the chunk, its reply); the replies end before it, or earlier when they died with the child."""
+        self._progress.reset()
+        sent_at = time.monotonic()
+        self._conn.send(chunk)
+        while True:
+            started, since = self._progress.read()
+            wait = self.timeout_s - (time.monotonic() - (since if started else sent_at))
+            if wait <= 0:
                 self._discard()
-                results.append(("extract_timeout", f"no result within {self.timeout_s:g}s; killed"))
-                return False
-            try:
-                reply = self._conn.recv()
-            except (EOFError, OSError):
-                code = self._exit_code()
-                self._discard()
-                results.append(("extract_crashed", f"extractor process died (exit code {code})"))
-                return False
-            results.append(reply)
-            if reply[0] == "extract_crashed":
-                self._discard()
-                return False
-        return True
+                return [], (max(started - 1, 0), ("extract_timeout", f"no result within {self.timeout_s:g}s; killed"))
+            if self._conn.poll(wait):
+                break
+        try:
+            replies = self._conn.recv()
+        except (EOFError, OSError):
+            started = self._progress.read()[0]
+            code = self._exit_code()
+            self._discard()
+            return [], (max(started - 1, 0), (_CRASHED, f"extractor process died (exit code {code})"))
+        if replies and replies[-1][0] == _CRASHED:
+            self._discard()
+            return replies[:-1], (len(replies) - 1, replies[-1])
+        return replies, None
 
 
 @cache

@@ -151,6 +151,24 @@ def test_watchdog_survives_the_extractor_process_dying():
         watchdog.close()
 
 
+def test_watchdog_names_the_page_that_killed_it_mid_chunk_and_redoes_the_pages_before_it():
+    """Replies come back per chunk: those of the pages before the fatal one die with the child and are extracted
+    again by the next one, in order."""
+    watchdog = watchdog_with(timeout_s=60)
+    try:
+        watchdog.extract([page(QUICK_PAGE)])
+        victim = watchdog.pid
+        killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))
+        killer.start()
+        results = watchdog.extract([page(QUICK_PAGE), page(QUICK_PAGE), page(SLOW_PAGE), page(QUICK_PAGE)])
+        killer.join()
+        assert [reply[0] for reply in results] == ["ok", "ok", "extract_crashed", "ok"]
+        assert results[0] == results[1] == results[3] and "A short article about gardening" in results[0][1]
+        assert watchdog.restarts == 1
+    finally:
+        watchdog.close()
+
+
 # Bag-of-words F1 against the human-annotated article body, per extractor, on scrapinghub pages where the modes
 # decide differently (benchmarks/extraction_quality.py scores all of them).
 SCRAPINGHUB_DECISIONS = {
