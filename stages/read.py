@@ -15,6 +15,7 @@ import base64
 import hashlib
 import zlib
 from collections.abc import Iterator
+from functools import cache
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
@@ -236,6 +237,16 @@ def _record_type_name(record) -> str:
     return str(record.record_type).rsplit(".", 1)[-1]
 
 
+@cache
+def _payload_pool() -> pa.MemoryPool:
+    """Where the payload columns (tens of MB a batch) are allocated: jemalloc, which reuses a freed batch's pages;
+    pyarrow's default mimalloc gave them back, so every batch paid page faults (0.13 ms a page against 0.055)."""
+    try:
+        return pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        return pa.default_memory_pool()
+
+
 def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterator[StageResult]:
     """Yield batches of page records (schema `RECORDS`) from one seekable WARC/WET stream."""
     counts = StageCounts(STAGE)
@@ -247,7 +258,8 @@ def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterato
 
     def flush() -> StageResult:
         nonlocal counts, rows, batch_bytes
-        result = StageResult(pa.Table.from_pydict(rows, schema=RECORDS), counts)
+        payload = pa.array(rows.pop("payload"), pa.binary(), memory_pool=_payload_pool())
+        result = StageResult(pa.Table.from_pydict({**rows, "payload": payload}, schema=RECORDS), counts)
         counts = StageCounts(STAGE)
         rows = {name: [] for name in RECORDS.names}
         batch_bytes = 0
