@@ -3,18 +3,92 @@
 Rae et al. 2021 ("Gopher"), section A.1.1, as datatrove's `GopherQualityFilter` computes it: words are counted
 without pure-punctuation tokens; the hash and ellipsis ratios are per word (all tokens); bullets and ellipses
 are per line; the stop-word test counts distinct words among the, be, to, of, and, that, have, with.
-Per-word properties come from the shared vocabulary, so the per-document work is array arithmetic.
+Per-word properties come from the shared vocabulary; the per-document work is two Numba passes, one over the
+batch's word ids and one over its code points (lines, bullets, ellipses, '#').
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from corpus.rulebook import Rule, Signal, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.words import SPACE, character_classes
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+
+@njit(cache=True, inline="always")
+def _is_line_break(c):  # what str.splitlines() splits at ("\r\n" is one break)
+    return c == 10 or c == 13 or c == 11 or c == 12 or 28 <= c <= 30 or c == 0x85 or c == 0x2028 or c == 0x2029
+
+
+@njit(cache=True)
+def _text_marks(cp, text_offsets, flags):
+    """Per text: lines (as `str.splitlines()` gives them), lines starting with a bullet after `lstrip()`, lines
+    ending with an ellipsis before `rstrip()`, '#' characters, and '...' (as `str.count` counts them) plus '…'."""
+    out = np.zeros((len(text_offsets) - 1, 5), np.int64)
+    for t in range(len(text_offsets) - 1):
+        end = text_offsets[t + 1]
+        j = text_offsets[t]
+        while j < end:
+            c = cp[j]
+            if c == 35:
+                out[t, 3] += 1
+            elif c == 0x2026:
+                out[t, 4] += 1
+            elif c == 46 and j + 2 < end and cp[j + 1] == 46 and cp[j + 2] == 46:
+                out[t, 4] += 1
+                j += 3
+                continue
+            j += 1
+        start = text_offsets[t]
+        while start < end:
+            stop = start
+            while stop < end and not _is_line_break(cp[stop]):
+                stop += 1
+            out[t, 0] += 1
+            first = start
+            while first < stop and flags[cp[first]] & SPACE:
+                first += 1
+            if first < stop and (cp[first] == 0x2022 or cp[first] == 45):  # • -
+                out[t, 1] += 1
+            last = stop
+            while last > start and flags[cp[last - 1]] & SPACE:
+                last -= 1
+            if last > start and (
+                cp[last - 1] == 0x2026
+                or (last - start >= 3 and cp[last - 1] == 46 and cp[last - 2] == 46 and cp[last - 3] == 46)
+            ):
+                out[t, 2] += 1
+            if stop + 1 < end and cp[stop] == 13 and cp[stop + 1] == 10:
+                stop += 1
+            start = stop + 1
+    return out
+
+
+@njit(cache=True)
+def _word_marks(offsets, ids, is_symbol, length, has_letter, stop_bit):
+    """Per document: words that are not pure punctuation, their letters, words with a letter, stop words present
+    (distinct)."""
+    out = np.zeros((len(offsets) - 1, 4), np.int64)
+    for d in range(len(offsets) - 1):
+        seen = 0
+        for k in range(offsets[d], offsets[d + 1]):
+            word = ids[k]
+            if not is_symbol[word]:
+                out[d, 0] += 1
+                out[d, 1] += length[word]
+            if has_letter[word]:
+                out[d, 2] += 1
+            if stop_bit[word] >= 0:
+                seen |= 1 << stop_bit[word]
+        while seen:
+            out[d, 3] += seen & 1
+            seen >>= 1
+    return out
 
 
 @register
@@ -44,36 +118,24 @@ class GopherQuality(Rule):
     }
 
     def compute(self, docs: DocumentBatch) -> dict:
-        ids = docs.word_ids
         vocabulary = docs.vocabulary
-        not_symbol = ~vocabulary.is_symbol[ids]
-        stop_ids = vocabulary.ids_of(list(STOP_WORDS))
-        words = docs.per_document(not_symbol.astype(np.int64))
-        letters = docs.per_document((vocabulary.length[ids] * not_symbol).astype(np.int64))
-        with_letter = docs.per_document(vocabulary.has_letter[ids].astype(np.int64))
+        stop_bit = np.full(vocabulary.size, -1, np.int64)
+        for bit, word in enumerate(vocabulary.ids_of(list(STOP_WORDS))):
+            if word >= 0:
+                stop_bit[word] = bit
+        words, letters, with_letter, stop_words = _word_marks(
+            docs.word_offsets, docs.word_ids, vocabulary.is_symbol, vocabulary.length, vocabulary.has_letter, stop_bit
+        ).T
+        lines, bullets, ellipsis_lines, hashes, ellipses = _text_marks(*docs.code_points, character_classes()).T
         tokens = np.maximum(docs.word_counts, 1)
-        is_stop = np.isin(ids, stop_ids[stop_ids >= 0])
-        document_of_word = np.repeat(np.arange(len(docs)), docs.word_counts)
-        # Distinct (document, stop word) pairs, counted per document.
-        pairs = np.unique(document_of_word[is_stop].astype(np.int64) * vocabulary.size + ids[is_stop])
-        stop_words = np.bincount(pairs // vocabulary.size, minlength=len(docs)).astype(np.int8)
-
-        hashes = np.array([text.count("#") for text in docs.texts], np.float32)
-        ellipses = np.array([text.count("...") + text.count("…") for text in docs.texts], np.float32)
-        bullets = np.zeros(len(docs), np.float32)
-        ellipsis_lines = np.zeros(len(docs), np.float32)
-        for i, text in enumerate(docs.texts):
-            lines = text.splitlines()
-            if lines:
-                bullets[i] = sum(line.lstrip().startswith(("•", "-")) for line in lines) / len(lines)
-                ellipsis_lines[i] = sum(line.rstrip().endswith(("...", "…")) for line in lines) / len(lines)
+        per_line = np.maximum(lines, 1)
         return {
             "words": words.astype(np.int32),
             "mean_word_length": np.divide(letters, words, out=np.zeros(len(docs)), where=words > 0).astype(np.float32),
-            "hash_ratio": hashes / tokens,
-            "ellipsis_ratio": ellipses / tokens,
-            "bullet_lines_frac": bullets,
-            "ellipsis_lines_frac": ellipsis_lines,
+            "hash_ratio": hashes.astype(np.float32) / tokens,
+            "ellipsis_ratio": ellipses.astype(np.float32) / tokens,
+            "bullet_lines_frac": (bullets / per_line).astype(np.float32),
+            "ellipsis_lines_frac": (ellipsis_lines / per_line).astype(np.float32),
             "alpha_words_frac": (with_letter / tokens).astype(np.float32),
-            "stop_words": stop_words,
+            "stop_words": stop_words.astype(np.int8),
         }

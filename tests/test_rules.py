@@ -75,6 +75,29 @@ def test_gopher_quality_words_lengths_and_stop_words():
     assert signals("gopher_quality", [bullets])["bullet_lines_frac"] == [1.0]
 
 
+def test_gopher_quality_line_marks_follow_pythons_string_methods_on_random_tricky_text():
+    """Lines as `str.splitlines()` (every break it knows, "\r\n" as one), bullets after `lstrip()`, ellipses
+    before `rstrip()`, '...' counted as `str.count` counts it: the Numba pass against the string methods."""
+    import random
+
+    rng = random.Random(11)
+    pieces = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", " ", "\t", "\u00a0", "•", "-", "...",
+              "…", "..", "....", "#", "word", "x", "\n\n", " - ", "ab...", "…."]  # fmt: skip
+    texts = ["", "\n", "-"] + ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(5_000)]
+    values = signals("gopher_quality", texts)
+    for i, text in enumerate(texts):
+        lines = text.splitlines()
+        bullets = sum(line.lstrip().startswith(("•", "-")) for line in lines) / max(len(lines), 1)
+        ellipsis_lines = sum(line.rstrip().endswith(("...", "…")) for line in lines) / max(len(lines), 1)
+        assert values["bullet_lines_frac"][i] == pytest.approx(bullets), repr(text)
+        assert values["ellipsis_lines_frac"][i] == pytest.approx(ellipsis_lines), repr(text)
+    words = np.maximum(DocumentBatch(texts).word_counts, 1)
+    hashes = [text.count("#") for text in texts]
+    ellipses = [text.count("...") + text.count("…") for text in texts]
+    assert values["hash_ratio"] == pytest.approx((np.array(hashes) / words).tolist())
+    assert values["ellipsis_ratio"] == pytest.approx((np.array(ellipses) / words).tolist())
+
+
 def test_c4_removes_lines_and_counts_sentences():
     text = (
         "This is a fine sentence. And another one here.\nClick here\n"
