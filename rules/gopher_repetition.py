@@ -4,7 +4,7 @@ Rae et al. 2021, "Scaling Language Models: Methods, Analysis & Insights from Tra
 datatrove's `GopherRepetitionFilter` computes it (the reference FineWeb used): duplicate line / paragraph
 fractions by count and by characters, the character share of the most frequent 2/3/4-gram, and the character
 share of repeated 5...10-grams (counted greedily, a repeat skipping past itself). Character shares are over
-`len(text)`. The n-gram loops are one Numba kernel over the whole batch.
+`len(text)`. Lines, paragraphs and n-grams are counted by Numba passes over the whole batch.
 """
 
 from __future__ import annotations
@@ -15,32 +15,97 @@ from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.words import FNV_OFFSET, FNV_PRIME, SECOND_OFFSET, SECOND_PRIME, SPACE, character_classes
 
 TOP_NGRAMS = {2: 0.20, 3: 0.18, 4: 0.16}
 DUP_NGRAMS = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
 _PRIME = np.uint64(1099511628211)
 
 
-def lines_of(text: str) -> list[str]:
-    """`re.split(r"\\n+", text)`, 4x faster: empty lines only at the ends, where the text starts or ends with one."""
-    lines = [line for line in text.split("\n") if line]
-    if text.startswith("\n"):
-        lines.insert(0, "")
-    if text.endswith("\n"):
-        lines.append("")
-    return lines or [""]
+@njit(cache=True)
+def repeated_spans(cp, starts, ends):
+    """(spans that repeat an earlier one, their characters) among the spans [starts[k], ends[k]) of `cp`: all but
+    the first copy of each, as a set of strings counts them (two independent 64-bit hashes per span, as words)."""
+    m = len(starts)
+    capacity = 2
+    while capacity < 2 * m:
+        capacity *= 2
+    mask = np.uint64(capacity - 1)
+    first = np.empty(capacity, np.uint64)
+    second = np.empty(capacity, np.uint64)
+    used = np.zeros(capacity, np.bool_)
+    count = chars = 0
+    for k in range(m):
+        h1 = FNV_OFFSET
+        h2 = SECOND_OFFSET
+        for i in range(starts[k], ends[k]):
+            h1 = (h1 ^ np.uint64(cp[i])) * FNV_PRIME
+            h2 = (h2 ^ np.uint64(cp[i])) * SECOND_PRIME
+            h2 ^= h2 >> np.uint64(29)
+        slot = np.int64(h1 & mask)
+        while used[slot] and not (first[slot] == h1 and second[slot] == h2):
+            slot = (slot + 1) & (capacity - 1)
+        if used[slot]:
+            count += 1
+            chars += ends[k] - starts[k]
+        else:
+            used[slot] = True
+            first[slot] = h1
+            second[slot] = h2
+    return count, chars
 
 
-def paragraphs_of(text: str) -> list[str]:
-    """`re.split(r"\\n{2,}", text.strip())`, 4x faster: splitting at "\\n\\n" leaves an empty part for each
-    further pair of newlines in a run and one newline at the head of a part for an odd one."""
-    return [part for piece in text.strip().split("\n\n") if (part := piece.lstrip("\n"))] or [""]
-
-
-def duplicates(parts: list[str]) -> tuple[int, int]:
-    """(number of parts that repeat an earlier one, their characters): all but the first copy of each."""
-    unique = set(parts)
-    return len(parts) - len(unique), sum(map(len, parts)) - sum(map(len, unique))
+@njit(cache=True)
+def _line_and_paragraph_repeats(cp, text_offsets, flags):
+    """Per text: lines (`re.split(r"\n+", text)`), repeated lines and their characters, paragraphs
+    (`re.split(r"\n{2,}", text.strip())`), repeated paragraphs and their characters: datatrove's splits."""
+    out = np.zeros((len(text_offsets) - 1, 6), np.int64)
+    for t in range(len(text_offsets) - 1):
+        begin, end = text_offsets[t], text_offsets[t + 1]
+        if begin == end:
+            continue
+        starts = np.empty(end - begin + 2, np.int64)
+        ends = np.empty(end - begin + 2, np.int64)
+        n = 0
+        if cp[begin] == 10:  # the split's empty first part
+            starts[n] = ends[n] = begin
+            n += 1
+        i = begin
+        while i < end:
+            if cp[i] == 10:
+                i += 1
+                continue
+            starts[n] = i
+            while i < end and cp[i] != 10:
+                i += 1
+            ends[n] = i
+            n += 1
+        if cp[end - 1] == 10:  # the empty last part
+            starts[n] = ends[n] = end
+            n += 1
+        out[t, 0] = n
+        out[t, 1], out[t, 2] = repeated_spans(cp, starts[:n], ends[:n])
+        a, b = begin, end  # text.strip()
+        while a < b and flags[cp[a]] & SPACE:
+            a += 1
+        while b > a and flags[cp[b - 1]] & SPACE:
+            b -= 1
+        n = 0
+        i = part = a
+        while i < b:
+            if cp[i] == 10 and i + 1 < b and cp[i + 1] == 10:
+                starts[n], ends[n] = part, i
+                n += 1
+                while i < b and cp[i] == 10:
+                    i += 1
+                part = i
+            else:
+                i += 1
+        starts[n], ends[n] = part, b
+        n += 1
+        out[t, 3] = n
+        out[t, 4], out[t, 5] = repeated_spans(cp, starts[:n], ends[:n])
+    return out
 
 
 @njit(cache=True)
@@ -151,18 +216,14 @@ class GopherRepetition(Rule):
     }
 
     def compute(self, docs: DocumentBatch) -> dict:
-        out = {signal.name: np.zeros(len(docs), np.float32) for signal in self.signals}
-        for i, text in enumerate(docs.texts):
-            if not text:
-                continue
-            paragraphs = paragraphs_of(text)
-            count, chars = duplicates(paragraphs)
-            out["dup_para_frac"][i] = count / len(paragraphs)
-            out["dup_para_char_frac"][i] = chars / len(text)
-            lines = lines_of(text)
-            count, chars = duplicates(lines)
-            out["dup_line_frac"][i] = count / len(lines)
-            out["dup_line_char_frac"][i] = chars / len(text)
+        out = {}
+        length = np.maximum(docs.text_lengths, 1)
+        repeats = _line_and_paragraph_repeats(*docs.code_points, character_classes())
+        lines, paragraphs = np.maximum(repeats[:, 0], 1), np.maximum(repeats[:, 3], 1)
+        out["dup_para_frac"] = (repeats[:, 4] / paragraphs).astype(np.float32)
+        out["dup_para_char_frac"] = (repeats[:, 5] / length).astype(np.float32)
+        out["dup_line_frac"] = (repeats[:, 1] / lines).astype(np.float32)
+        out["dup_line_char_frac"] = (repeats[:, 2] / length).astype(np.float32)
         top, dup = ngram_char_counts(
             docs.word_offsets,
             docs.word_ids,
@@ -170,11 +231,10 @@ class GopherRepetition(Rule):
             np.array(list(TOP_NGRAMS), np.int64),
             np.array(list(DUP_NGRAMS), np.int64),
         )
-        length = np.maximum(docs.text_lengths, 1)
         for t, n in enumerate(TOP_NGRAMS):
-            out[f"top_{n}gram_char_frac"][:] = top[:, t] / length
+            out[f"top_{n}gram_char_frac"] = (top[:, t] / length).astype(np.float32)
         for t, n in enumerate(DUP_NGRAMS):
-            out[f"dup_{n}gram_char_frac"][:] = dup[:, t] / length
+            out[f"dup_{n}gram_char_frac"] = (dup[:, t] / length).astype(np.float32)
         return out
 
     def offending_span(self, text: str, url: str | None) -> Span | None:

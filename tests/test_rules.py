@@ -468,17 +468,29 @@ def test_rules_try_agrees_with_the_pipeline_at_an_exact_threshold(tmp_path, caps
     assert over.column("first_failure").to_pylist() == ["gopher_quality.ellipsis_lines_frac.max"]
 
 
-def test_line_and_paragraph_splits_equal_the_expressions_datatrove_splits_with():
+def test_line_and_paragraph_repeats_follow_the_expressions_datatrove_splits_with():
+    """Gopher's repeated lines (`re.split(r"\n+")`) and paragraphs (`re.split(r"\n{2,}")` of the stripped text),
+    and FineWeb's repeated non-blank lines (`split("\n")`), each counted as a set of strings counts them: the Numba
+    passes against the expressions on random tricky text."""
     import random
     import re
 
-    from corpus.rules.gopher_repetition import lines_of, paragraphs_of
+    def repeats(parts: list[str]) -> tuple[int, int]:
+        return len(parts) - len(set(parts)), sum(map(len, parts)) - sum(map(len, set(parts)))
 
     rng = random.Random(3)
-    for _ in range(50_000):
-        text = "".join(rng.choice(["\n", "\n\n", "a", " ", "b\n", "\t"]) for _ in range(rng.randint(0, 10)))
-        assert lines_of(text) == re.split(r"\n+", text), repr(text)
-        assert paragraphs_of(text) == re.split(r"\n{2,}", text.strip()), repr(text)
+    pieces = ["\n", "\n\n", "a", " ", "b\n", "\t", "ab", "\u00a0", ".", "x.\n", "\n \n"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(20_000)]
+    gopher, fineweb = signals("gopher_repetition", texts), signals("fineweb", texts)
+    for i, text in enumerate(texts):
+        lines, paragraphs = re.split(r"\n+", text), re.split(r"\n{2,}", text.strip())
+        assert gopher["dup_line_frac"][i] == pytest.approx(repeats(lines)[0] / len(lines)), repr(text)
+        assert gopher["dup_line_char_frac"][i] == pytest.approx(repeats(lines)[1] / len(text)), repr(text)
+        assert gopher["dup_para_frac"][i] == pytest.approx(repeats(paragraphs)[0] / len(paragraphs)), repr(text)
+        assert gopher["dup_para_char_frac"][i] == pytest.approx(repeats(paragraphs)[1] / len(text)), repr(text)
+        non_blank = [line for line in text.split("\n") if line.strip()]
+        expected = repeats(non_blank)[1] / max(len(text) - text.count("\n"), 1) if non_blank else 0
+        assert fineweb["char_dup_ratio"][i] == pytest.approx(expected), repr(text)
 
 
 def test_c4_sentence_count_skips_initials_after_capitals():
