@@ -16,6 +16,7 @@ from rich.table import Table
 from corpus.cli_rules import rules_list, rules_try
 from corpus.config.job import JobError, load_job
 from corpus.engine.run_folder import OutputLocked
+from corpus.engine.tasks import INTERRUPTED
 from corpus.lab.classifier import TrainOptions
 
 
@@ -74,16 +75,21 @@ def _interrupted(job, signal_number: int) -> int:
     return 128 + signal_number
 
 
+def _stop(signal_number, frame) -> None:
+    """Ctrl-C or a plain kill: KeyboardInterrupt (a kill stops like Ctrl-C, so Ray's local cluster goes too). Python
+    ignores one raised while a finalizer runs (a file object being collected), which let a run go on to its end
+    after Ctrl-C now and then: the engine's work loops also stop at their next step once `INTERRUPTED` is set."""
+    INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
 def _run(args: argparse.Namespace) -> int:
     from corpus.engine import run_job
 
     console = Console(width=None if sys.stdout.isatty() else 110)
     job = None
-
-    def terminate(signal_number, frame):  # a plain kill: stop like Ctrl-C, so Ray's local cluster goes too
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminate)
+    INTERRUPTED.clear()
+    handlers = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         job = load_job(args.job, output=args.output)
         stats = run_job(job, use_ray=not args.no_ray, verbose=args.verbose)
@@ -97,6 +103,9 @@ def _run(args: argparse.Namespace) -> int:
         if job is None:
             return 130
         return _interrupted(job, signal.SIGINT)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
     console.print(summary_table(stats))
     for source, error in stats["failed_shards"].items():  # whole lines: a path or message to copy, unwrapped
         console.print(f"[red]failed shard {escape(source)}: {escape(error)}", soft_wrap=True)

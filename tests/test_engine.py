@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import signal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from conftest import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
@@ -75,6 +77,34 @@ def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_pat
         assert again["t2"]["n"] == 2  # its marker holds its key: done, not run again
     finally:
         del tasks.KINDS["test_flaky"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_run_at_its_next_task(tmp_path):
+    """Python ignores a KeyboardInterrupt raised while a finalizer runs (it happened in a file object's, as a run
+    read a shard's report): the command line's handler also marks the interrupt, which the work loops obey."""
+    from corpus.cli import _stop
+    from corpus.engine import tasks
+
+    ran = []
+    tasks.KINDS["test_counted"] = tasks.Kind(lambda options, task, context: ran.append(task.id) or {}, 1.0, False)
+
+    class Collected:
+        def __del__(self):
+            _stop(signal.SIGINT, None)
+
+    try:
+        options = make_plan(_job_over(tmp_path, 1)).options
+        work = [Task("test_counted", f"t{n}", "k", f"markers/t{n}.json", None, ()) for n in range(3)]
+        outcomes = InlineRunner().run(options, work)
+        next(outcomes)
+        Collected()  # collected at once: its KeyboardInterrupt is printed and dropped
+        with pytest.raises(KeyboardInterrupt):
+            next(outcomes)
+        assert ran == ["t0"]
+    finally:
+        del tasks.KINDS["test_counted"]
+        tasks.INTERRUPTED.clear()
 
 
 def test_buckets_hold_at_most_the_limit_of_documents_in_plan_order():

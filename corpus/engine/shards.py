@@ -14,7 +14,7 @@ from corpus.engine.input_stream import InputStream, input_identity
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, shard_report_path
-from corpus.engine.tasks import Context, Task, kind
+from corpus.engine.tasks import Context, Task, kind, stop_if_interrupted
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
 from corpus.stages.dataset import (
@@ -103,6 +103,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
         with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
             read_started = time.perf_counter()
             for records in batches:
+                stop_if_interrupted()
                 records.counts.seconds = time.perf_counter() - read_started
                 pages = prefilter_records(records.table, before_extraction, prefilter_thresholds)
                 told.count = 0

@@ -98,6 +98,15 @@ def format_failure(exc: BaseException) -> str:
 
 Outcome = tuple[Task, dict | None, str | None]  # the task, its report, or its failure
 
+# Set by the command line's Ctrl-C handler. Python ignores a KeyboardInterrupt raised while a finalizer runs (a file
+# object being collected), so the work loops also stop at their next step once this is set.
+INTERRUPTED = threading.Event()
+
+
+def stop_if_interrupted() -> None:
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
 
 class InlineRunner:
     """Every task in this process, in order: `corpus run --no-ray`, tests, and runs too small to start Ray for."""
@@ -110,6 +119,7 @@ class InlineRunner:
     def run(self, options: Job, tasks: Iterable[Task]) -> Iterator[Outcome]:
         context = Context(on_progress=self.on_progress)
         for task in tasks:
+            stop_if_interrupted()
             try:
                 yield task, execute(options, task, context), None
             except Exception as exc:  # noqa: BLE001 - a failed task is reported, the others go on
@@ -202,6 +212,7 @@ class RayRunner:
         pending = iter(tasks)
         exhausted = False
         while in_flight or not exhausted:
+            stop_if_interrupted()
             while not exhausted and len(in_flight) < self.window:
                 task = next(pending, None)
                 if task is None:
