@@ -294,6 +294,17 @@ def _grow(array, size):
     return bigger
 
 
+@njit(cache=True, inline="always")
+def _chunk_end(cp, flags, i, text_end):
+    """End of the chunk without whitespace that starts at i, and how many of its characters are word characters."""
+    word_chars = 0
+    while i < text_end and not (flags[cp[i]] & SPACE):
+        if flags[cp[i]] & WORD_CHAR:
+            word_chars += 1
+        i += 1
+    return i, word_chars
+
+
 @njit(cache=True)
 def _split_words(cp, text_offsets, flags, abbreviations):
     n_texts = len(text_offsets) - 1
@@ -328,11 +339,7 @@ def _split_words(cp, text_offsets, flags, abbreviations):
                 i += 1
                 continue
             chunk_start = i
-            word_chars = 0
-            while i < text_end and not (flags[cp[i]] & SPACE):
-                if flags[cp[i]] & WORD_CHAR:
-                    word_chars += 1
-                i += 1
+            i, word_chars = _chunk_end(cp, flags, i, text_end)
             chunk_is_symbols = word_chars == 0
             chunk_is_word = word_chars == i - chunk_start  # every alternative before `\w+` needs a non-\w
             chunk_end = i
@@ -382,11 +389,7 @@ def _count_words(cp, text_offsets, flags, abbreviations):
                 i += 1
                 continue
             chunk_start = i
-            word_chars = 0
-            while i < text_end and not (flags[cp[i]] & SPACE):
-                if flags[cp[i]] & WORD_CHAR:
-                    word_chars += 1
-                i += 1
+            i, word_chars = _chunk_end(cp, flags, i, text_end)
             chunk_is_symbols = word_chars == 0
             chunk_is_word = word_chars == i - chunk_start  # every alternative before `\w+` needs a non-\w
             if chunk_is_word:
