@@ -22,14 +22,21 @@ DUP_NGRAMS = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
 _PRIME = np.uint64(1099511628211)
 
 
+@njit(cache=True, inline="always")
+def table_capacity(entries):
+    """A power of two at least twice `entries` (and 2): an open-addressing table at most half full."""
+    capacity = 2
+    while capacity < 2 * entries:
+        capacity *= 2
+    return capacity
+
+
 @njit(cache=True)
 def repeated_spans(cp, starts, ends):
     """(spans that repeat an earlier one, their characters) among the spans [starts[k], ends[k]) of `cp`: all but
     the first copy of each, as a set of strings counts them (two independent 64-bit hashes per span, as words)."""
     m = len(starts)
-    capacity = 2
-    while capacity < 2 * m:
-        capacity *= 2
+    capacity = table_capacity(m)
     mask = np.uint64(capacity - 1)
     first = np.empty(capacity, np.uint64)
     second = np.empty(capacity, np.uint64)
@@ -129,9 +136,7 @@ def ngram_char_counts(offsets, ids, lengths, top_ns, dup_ns):
         m = end - start
         if m == 0:
             continue
-        capacity = 1
-        while capacity < 2 * m:
-            capacity *= 2
+        capacity = table_capacity(m)
         mask = np.uint64(capacity - 1)
         keys = np.empty(capacity, np.uint64)
         counts = np.empty(capacity, np.int64)

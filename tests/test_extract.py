@@ -135,22 +135,6 @@ def test_watchdog_kills_a_hanging_page_and_goes_on():
         watchdog.close()
 
 
-def test_watchdog_survives_the_extractor_process_dying():
-    watchdog = watchdog_with(timeout_s=60)
-    try:
-        watchdog.extract([page(QUICK_PAGE)])
-        victim = watchdog.pid
-        killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))
-        killer.start()
-        results = watchdog.extract([page(SLOW_PAGE), page(QUICK_PAGE)])
-        killer.join()
-        assert results[0][0] == "extract_crashed" and "exit code -9" in results[0][1]
-        assert results[1][0] == "ok"
-        assert watchdog.pid != victim
-    finally:
-        watchdog.close()
-
-
 def test_watchdog_names_the_page_that_killed_it_mid_chunk_and_redoes_the_pages_before_it():
     """Replies come back per chunk: those of the pages before the fatal one die with the child and are extracted
     again by the next one, in order."""

@@ -295,14 +295,17 @@ def _grow(array, size):
 
 
 @njit(cache=True, inline="always")
-def _chunk_end(cp, flags, i, text_end):
-    """End of the chunk without whitespace that starts at i, and how many of its characters are word characters."""
+def _next_chunk(cp, flags, i, text_end):
+    """(start, end, word characters) of the next run without whitespace at or after i; start == text_end: none."""
+    while i < text_end and flags[cp[i]] & SPACE:
+        i += 1
+    start = i
     word_chars = 0
     while i < text_end and not (flags[cp[i]] & SPACE):
         if flags[cp[i]] & WORD_CHAR:
             word_chars += 1
         i += 1
-    return i, word_chars
+    return start, i, word_chars
 
 
 @njit(cache=True)
@@ -334,12 +337,10 @@ def _split_words(cp, text_offsets, flags, abbreviations):
             size = max(needed, 2 * len(id_start))
             id_start = _grow(id_start, size)
             id_length = _grow(id_length, size)
-        while i < text_end:
-            if flags[cp[i]] & SPACE:
-                i += 1
-                continue
-            chunk_start = i
-            i, word_chars = _chunk_end(cp, flags, i, text_end)
+        while True:
+            chunk_start, i, word_chars = _next_chunk(cp, flags, i, text_end)
+            if chunk_start == text_end:
+                break
             chunk_is_symbols = word_chars == 0
             chunk_is_word = word_chars == i - chunk_start  # every alternative before `\w+` needs a non-\w
             chunk_end = i
@@ -384,12 +385,10 @@ def _count_words(cp, text_offsets, flags, abbreviations):
     for t in range(len(text_offsets) - 1):
         text_end = text_offsets[t + 1]
         i = text_offsets[t]
-        while i < text_end:
-            if flags[cp[i]] & SPACE:
-                i += 1
-                continue
-            chunk_start = i
-            i, word_chars = _chunk_end(cp, flags, i, text_end)
+        while True:
+            chunk_start, i, word_chars = _next_chunk(cp, flags, i, text_end)
+            if chunk_start == text_end:
+                break
             chunk_is_symbols = word_chars == 0
             chunk_is_word = word_chars == i - chunk_start  # every alternative before `\w+` needs a non-\w
             if chunk_is_word:
