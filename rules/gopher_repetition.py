@@ -15,50 +15,26 @@ from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import DocumentBatch
-from corpus.text.words import FNV_OFFSET, FNV_PRIME, SECOND_OFFSET, SECOND_PRIME, SPACE, character_classes
+from corpus.text.hashing import find_or_add, span_key, table_bits
+from corpus.text.words import SPACE, character_classes
 
 TOP_NGRAMS = {2: 0.20, 3: 0.18, 4: 0.16}
 DUP_NGRAMS = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
 _PRIME = np.uint64(1099511628211)
 
 
-@njit(cache=True, inline="always")
-def table_capacity(entries):
-    """A power of two at least twice `entries` (and 2): an open-addressing table at most half full."""
-    capacity = 2
-    while capacity < 2 * entries:
-        capacity *= 2
-    return capacity
-
-
 @njit(cache=True)
 def repeated_spans(cp, starts, ends):
     """(spans that repeat an earlier one, their characters) among the spans [starts[k], ends[k]) of `cp`: all but
-    the first copy of each, as a set of strings counts them (two independent 64-bit hashes per span, as words)."""
-    m = len(starts)
-    capacity = table_capacity(m)
-    mask = np.uint64(capacity - 1)
-    first = np.empty(capacity, np.uint64)
-    second = np.empty(capacity, np.uint64)
-    used = np.zeros(capacity, np.bool_)
+    the first copy of each, as a set of strings counts them."""
+    bits = table_bits(len(starts))
+    table = np.zeros((1 << bits, 3), np.uint64)
     count = chars = 0
-    for k in range(m):
-        h1 = FNV_OFFSET
-        h2 = SECOND_OFFSET
-        for i in range(starts[k], ends[k]):
-            h1 = (h1 ^ np.uint64(cp[i])) * FNV_PRIME
-            h2 = (h2 ^ np.uint64(cp[i])) * SECOND_PRIME
-            h2 ^= h2 >> np.uint64(29)
-        slot = np.int64(h1 & mask)
-        while used[slot] and not (first[slot] == h1 and second[slot] == h2):
-            slot = (slot + 1) & (capacity - 1)
-        if used[slot]:
+    for k in range(len(starts)):
+        h1, h2 = span_key(cp, starts[k], ends[k])
+        if find_or_add(table, bits, h1, h2, np.uint64(k + 1)) != k + 1:
             count += 1
             chars += ends[k] - starts[k]
-        else:
-            used[slot] = True
-            first[slot] = h1
-            second[slot] = h2
     return count, chars
 
 
@@ -136,7 +112,7 @@ def ngram_char_counts(offsets, ids, lengths, top_ns, dup_ns):
         m = end - start
         if m == 0:
             continue
-        capacity = table_capacity(m)
+        capacity = 1 << table_bits(m)
         mask = np.uint64(capacity - 1)
         keys = np.empty(capacity, np.uint64)
         counts = np.empty(capacity, np.int64)

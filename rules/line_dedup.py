@@ -19,7 +19,8 @@ from numba import njit
 
 from corpus.rulebook import CorpusRule, RuleOptions, Signal, register
 from corpus.text.batch import DocumentBatch
-from corpus.text.words import DIGIT, FNV_OFFSET, FNV_PRIME, SPACE, character_classes, lower_case_table
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
+from corpus.text.words import DIGIT, SPACE, character_classes, lower_case_table
 
 
 @njit(cache=True)

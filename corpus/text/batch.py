@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.text.words import FNV_OFFSET, FNV_PRIME, SplitWords, code_points, count_words, folded_word_hashes
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
+from corpus.text.words import SplitWords, code_points, count_words, folded_word_hashes
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.

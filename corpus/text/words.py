@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, find_or_add, span_key
+
 WORD = re.compile(
     r"""
      https?://\S+|www\.\S+
@@ -40,9 +42,6 @@ WORD = re.compile(
 
 # Character classes as Python's `re` sees them (`\s`, `\w`, `[^\W_]`, `\d`), one bit each, by code point.
 SPACE, WORD_CHAR, ALNUM, DIGIT = 1, 2, 4, 8
-FNV_OFFSET = np.uint64(14695981039346656037)
-FNV_PRIME = np.uint64(1099511628211)
-SECOND_OFFSET, SECOND_PRIME = np.uint64(0x9AE16A3B2F90404F), np.uint64(0xFF51AFD7ED558CCD)  # an independent hash
 ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no")
 
 
@@ -264,29 +263,6 @@ def _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, ch
     return p + 1  # \S
 
 
-@njit(cache=True, inline="always")
-def _home_slot(h, bits):
-    """Fibonacci hashing: the top bits of h times 2^64 / phi (FNV-1a's low bits mix poorly)."""
-    return np.int64((h * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
-
-
-@njit(cache=True)
-def _find_or_add(table, bits, h1, h2, value):
-    """The value stored under the 128-bit key (h1, h2), or `value` (> 0) after storing it. `table` rows are
-    (h1, h2, value), 0 = empty; one row per cache line fetch, and no trip to the text to compare words."""
-    mask = (1 << bits) - 1
-    slot = _home_slot(h1, bits)
-    while True:
-        if table[slot, 2] == 0:
-            table[slot, 0] = h1
-            table[slot, 1] = h2
-            table[slot, 2] = value
-            return value
-        if table[slot, 0] == h1 and table[slot, 1] == h2:
-            return table[slot, 2]
-        slot = (slot + 1) & mask
-
-
 @njit(cache=True)
 def _grow(array, size):
     bigger = np.empty(size, array.dtype)
@@ -350,13 +326,8 @@ def _split_words(cp, text_offsets, flags, abbreviations):
                     q = chunk_end
                 else:
                     q = _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, chunk_is_symbols)
-                h1 = FNV_OFFSET
-                h2 = SECOND_OFFSET
-                for k in range(p, q):
-                    h1 = (h1 ^ np.uint64(cp[k])) * FNV_PRIME
-                    h2 = (h2 ^ np.uint64(cp[k])) * SECOND_PRIME
-                    h2 ^= h2 >> np.uint64(29)
-                word = np.int64(_find_or_add(table, bits, h1, h2, np.uint64(n_ids + 1))) - 1
+                h1, h2 = span_key(cp, p, q)
+                word = np.int64(find_or_add(table, bits, h1, h2, np.uint64(n_ids + 1))) - 1
                 if word == n_ids:
                     id_start[n_ids] = p
                     id_length[n_ids] = q - p
@@ -367,7 +338,7 @@ def _split_words(cp, text_offsets, flags, abbreviations):
                         table = np.zeros((1 << bits, 3), np.uint64)
                         for row in range(len(old)):
                             if old[row, 2]:
-                                _find_or_add(table, bits, old[row, 0], old[row, 1], old[row, 2])
+                                find_or_add(table, bits, old[row, 0], old[row, 1], old[row, 2])
                 starts[n_words] = p
                 ends[n_words] = q
                 ids[n_words] = word

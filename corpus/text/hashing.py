@@ -1,0 +1,55 @@
+"""Hashing shared by the Numba kernels: FNV-1a, a second independent 64-bit hash, and an open-addressing table
+keyed by both (two different strings share a key only if both hashes collide, odds of about 2^-100 per batch)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+FNV_OFFSET = np.uint64(14695981039346656037)
+FNV_PRIME = np.uint64(1099511628211)
+SECOND_OFFSET, SECOND_PRIME = np.uint64(0x9AE16A3B2F90404F), np.uint64(0xFF51AFD7ED558CCD)  # an independent hash
+
+
+@njit(cache=True, inline="always")
+def span_key(cp, start, end):
+    """The two 64-bit hashes of the code points cp[start:end]: a key for `find_or_add`."""
+    h1 = FNV_OFFSET
+    h2 = SECOND_OFFSET
+    for k in range(start, end):
+        h1 = (h1 ^ np.uint64(cp[k])) * FNV_PRIME
+        h2 = (h2 ^ np.uint64(cp[k])) * SECOND_PRIME
+        h2 ^= h2 >> np.uint64(29)
+    return h1, h2
+
+
+@njit(cache=True, inline="always")
+def table_bits(entries):
+    """log2 of a table size at least twice `entries` (and 2): an open-addressing table at most half full."""
+    bits = 1
+    while (1 << bits) < 2 * entries:
+        bits += 1
+    return bits
+
+
+@njit(cache=True, inline="always")
+def _home_slot(h, bits):
+    """Fibonacci hashing: the top bits of h times 2^64 / phi (FNV-1a's low bits mix poorly)."""
+    return np.int64((h * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+
+
+@njit(cache=True)
+def find_or_add(table, bits, h1, h2, value):
+    """The value stored under the 128-bit key (h1, h2), or `value` (> 0) after storing it. `table` rows are
+    (h1, h2, value), 0 = empty; one row per cache line fetch, and no trip to the text to compare strings."""
+    mask = (1 << bits) - 1
+    slot = _home_slot(h1, bits)
+    while True:
+        if table[slot, 2] == 0:
+            table[slot, 0] = h1
+            table[slot, 1] = h2
+            table[slot, 2] = value
+            return value
+        if table[slot, 0] == h1 and table[slot, 1] == h2:
+            return table[slot, 2]
+        slot = (slot + 1) & mask
