@@ -25,7 +25,8 @@ from typing import Literal, get_args
 import numpy as np
 import pyarrow as pa
 from corpus.stages.accounting import StageCounts, StageResult
-from corpus.stages.extract_watchdog import watchdog_for
+from corpus.stages.columns import values_of
+from corpus.stages.extract_watchdog import Pages, watchdog_for
 from corpus.stages.options import StageOptions
 from corpus.stages.schema import DOCUMENTS, RECORD_FIELDS
 from pydantic import Field
@@ -256,21 +257,25 @@ def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None)
     """Documents (schema `DOCUMENTS`) from page records (schema `RECORDS`); `on_pages(n)`: told as pages are done."""
     started = time.perf_counter()
     counts = StageCounts(STAGE, received=records.num_rows)
-    pages = zip(
-        records.column("kind").to_pylist(),
-        records.column("payload").to_pylist(),
-        records.column("http_charset").to_pylist(),
-        records.column("url").to_pylist(),
-        strict=True,
+    pages = Pages(
+        list(
+            zip(
+                records.column("kind").to_pylist(),
+                records.column("http_charset").to_pylist(),
+                records.column("url").to_pylist(),
+                strict=True,
+            )
+        ),
+        *values_of(records.column("payload")),
     )
     watchdog = watchdog_for(extractor_settings(options), options.timeout_s, options.memory_limit_mb)
-    replies = watchdog.extract(list(pages), on_pages)
+    extraction = watchdog.extract(pages, on_pages)
     kept = np.zeros(records.num_rows, np.bool_)
-    columns: dict[str, list] = {"text": [], "charset": [], "lang": [], "lang_score": []}  # as PageExtractor replies
-    for position, reply in enumerate(replies):
+    columns: dict[str, list] = {"charset": [], "lang": [], "lang_score": []}  # as the "ok" replies, after the text
+    for position, reply in enumerate(extraction.replies):
         if reply[0] == "ok":
             kept[position] = True
-            for name, value in zip(columns, reply[1:], strict=True):
+            for name, value in zip(columns, reply[2:], strict=True):
                 columns[name].append(value)
         elif len(reply) == 1:
             counts.drop(reply[0])
@@ -278,7 +283,9 @@ def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None)
             row = records.slice(position, 1).select(["source", "offset", "url"]).to_pylist()[0]
             counts.fail(reply[0], row["source"], row["offset"], reply[1] or "", row["url"])
     base = records.select([field.name for field in RECORD_FIELDS]).filter(pa.array(kept))  # payloads not copied
-    arrays = [pa.array(columns[field.name], field.type) for field in DOCUMENTS if field.name in columns]
+    arrays = {name: pa.array(values, DOCUMENTS.field(name).type) for name, values in columns.items()}
+    arrays["text"] = extraction.text_column()
     counts.kept = base.num_rows
     counts.seconds = time.perf_counter() - started
-    return StageResult(pa.Table.from_arrays([*base.columns, *arrays], schema=DOCUMENTS), counts)
+    added = [arrays[field.name] for field in DOCUMENTS if field.name in arrays]
+    return StageResult(pa.Table.from_arrays([*base.columns, *added], schema=DOCUMENTS), counts)

@@ -6,10 +6,12 @@ workers are multi-threaded, and multiprocessing's spawn would re-run the user's 
 pair. What the child does with a page is `corpus.stages.extract.PageExtractor`: decoding, the optional language
 pre-pass, extraction and language ID all happen there, so the parent only moves bytes in and columns out.
 
-Pages go over in chunks and their replies come back one message per chunk (a message per page cost ~5 % of a
-resiliparse run in system calls and context switches). Which page the child is on, and since when, it writes to a
-small file both processes map (`_Progress`): the watchdog reads it to time each page and to name the page that hung
-or crashed the child. The replies of that chunk's earlier pages die with the child and are extracted again.
+Pages go over in chunks, a chunk's payloads as one slice of the batch's payload buffer, and their replies come back
+one message per chunk, the texts as one string of UTF-8 bytes (a message per page cost ~5 % of a resiliparse run in
+system calls and context switches; a Python object per payload and per text, pickled, another ~4 %). Which page the
+child is on, and since when, it writes to a small file both processes map (`_Progress`): the watchdog reads it to
+time each page and to name the page that hung or crashed the child. The replies of that chunk's earlier pages die
+with the child and are extracted again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
+
+import numpy as np
+import pyarrow as pa
+from corpus.stages.columns import column_of, concatenated
 
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
 _STARTUP_TIMEOUT_S = 120.0
@@ -51,9 +58,40 @@ class _Progress:
         return self.LAYOUT.unpack_from(self.map, 0)
 
 
+@dataclass(frozen=True)
+class Pages:
+    """Pages for the extractor process: each page's (kind, HTTP charset, URL), and their payloads end to end in
+    `data` at `offsets` (int64, one more than there are pages)."""
+
+    meta: list[tuple[str, str | None, str | None]]
+    data: memoryview
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.meta)
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """One reply per page, in order: `PageExtractor`'s with the text's length in UTF-8 bytes in place of the text
+    ("ok", length, charset, lang, score), (drop reason,), or (error class, message); the "ok" pages' texts are
+    end to end in `texts`."""
+
+    replies: list[tuple]
+    texts: pa.Buffer
+
+    def text_column(self) -> pa.Array:
+        """The "ok" pages' texts, in order (large_string)."""
+        lengths = [reply[1] for reply in self.replies if reply[0] == "ok"]
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return column_of(self.texts, offsets, pa.large_string())
+
+
 def serve_extractor(fd: int, progress_fd: int) -> None:
-    """Child process: receive its settings, then handle chunks of pages as they arrive, one reply per page, sent
-    per chunk, in order."""
+    """Child process: receive its settings, then handle chunks of pages as they arrive (each a header of the pages'
+    (kind, charset, URL) and payload offsets, then the payloads), one reply per page, sent per chunk, in order,
+    followed by the texts of the "ok" replies end to end."""
     from multiprocessing.connection import Connection
 
     from corpus.stages.extract import PageExtractor
@@ -65,25 +103,39 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     handle = PageExtractor(settings)
     conn.send("ready")
+    payloads = bytearray(1 << 20)  # reused across chunks: no fresh memory per chunk
     while True:
         try:
-            pages = conn.recv()
+            header = conn.recv()
         except EOFError:
             return  # the parent is gone (its worker was killed): nothing left to do
-        if pages is None:
+        if header is None:
             return
-        replies = []
-        for number, page in enumerate(pages, 1):
+        meta, offsets = header
+        if offsets[-1] > len(payloads):
+            payloads = bytearray(offsets[-1])
+        conn.recv_bytes_into(payloads)
+        view = memoryview(payloads)
+        replies, texts = [], []
+        for number, ((kind, charset, url), start, end) in enumerate(zip(meta, offsets, offsets[1:], strict=False), 1):
             progress.started(number)
             try:
-                replies.append(handle(*page))
+                reply = handle(kind, bytes(view[start:end]), charset, url)
             except MemoryError:
                 replies.append((_CRASHED, "MemoryError: the page exceeded the extractor memory limit"))
                 conn.send(replies)
+                conn.send_bytes(b"".join(texts))
                 return  # the heap may be left in a bad state: let the parent start a fresh child
             except Exception as exc:  # noqa: BLE001 - any extractor bug is a per-page error, not a crash
-                replies.append(("extract_failed", f"{type(exc).__name__}: {exc}"))
+                reply = ("extract_failed", f"{type(exc).__name__}: {exc}")
+            if reply[0] == "ok":
+                text = reply[1].encode("utf-8", "replace")  # a lone surrogate becomes "?", not an Arrow error
+                texts.append(text)
+                reply = ("ok", len(text), *reply[2:])
+            replies.append(reply)
+        view.release()
         conn.send(replies)
+        conn.send_bytes(b"".join(texts))
 
 
 class ExtractionWatchdog:
@@ -164,10 +216,11 @@ class ExtractionWatchdog:
         self.close()
         self.restarts += 1
 
-    def extract(self, pages: list[tuple], on_pages: Callable[[int], None] | None = None) -> list[tuple]:
-        """One reply per page, in order: `PageExtractor`'s, or (error class, message) for a page that killed it.
-        `on_pages(n)` is told as each chunk of n pages is done (a live progress line within a shard)."""
+    def extract(self, pages: Pages, on_pages: Callable[[int], None] | None = None) -> Extraction:
+        """One reply per page, in order (see `Extraction`); (error class, message) for a page that killed the
+        child. `on_pages(n)` is told as each chunk of n pages is done (a live progress line within a shard)."""
         results: list[tuple] = []
+        texts: list[bytes] = []
         failed: dict[int, tuple] = {}  # page -> the reply of a page that hung or crashed the child
         while len(results) < len(pages):
             position = len(results)
@@ -179,39 +232,45 @@ class ExtractionWatchdog:
             if self._process is None:
                 self._start()
             end = min([position + _SEND_CHUNK, len(pages), *(page for page in failed if page > position)])
-            replies, failure = self._run_chunk(pages[position:end])
+            replies, chunk_texts, failure = self._run_chunk(pages, position, end)
             results.extend(replies)
+            texts.append(chunk_texts)
             if failure is not None:
                 failed[position + failure[0]] = failure[1]
             if on_pages is not None and replies:
                 on_pages(len(replies))
-        return results
+        return Extraction(results, concatenated(texts)[0])
 
-    def _run_chunk(self, chunk: list[tuple]) -> tuple[list[tuple], tuple[int, tuple] | None]:
-        """The replies of a chunk's pages and, when a page hung or crashed the child (which is then discarded),
-        (its index in the chunk, its reply); the replies end before it, or earlier when they died with the child."""
+    def _run_chunk(self, pages: Pages, start: int, end: int) -> tuple[list[tuple], bytes, tuple[int, tuple] | None]:
+        """The replies of pages `start` to `end`, their texts and, when a page hung or crashed the child (which is
+        then discarded), (its index in the chunk, its reply); the replies end before it, or earlier when they died
+        with the child."""
         self._progress.reset()
         sent_at = time.monotonic()
-        self._conn.send(chunk)
+        first, last = int(pages.offsets[start]), int(pages.offsets[end])
+        self._conn.send((pages.meta[start:end], (pages.offsets[start : end + 1] - first).tolist()))
+        self._conn.send_bytes(pages.data[first:last])
         while True:
             started, since = self._progress.read()
             wait = self.timeout_s - (time.monotonic() - (since if started else sent_at))
             if wait <= 0:
                 self._discard()
-                return [], (max(started - 1, 0), ("extract_timeout", f"no result within {self.timeout_s:g}s; killed"))
+                timeout = ("extract_timeout", f"no result within {self.timeout_s:g}s; killed")
+                return [], b"", (max(started - 1, 0), timeout)
             if self._conn.poll(wait):
                 break
         try:
             replies = self._conn.recv()
+            texts = self._conn.recv_bytes()
         except (EOFError, OSError):
             started = self._progress.read()[0]
             code = self._exit_code()
             self._discard()
-            return [], (max(started - 1, 0), (_CRASHED, f"extractor process died (exit code {code})"))
+            return [], b"", (max(started - 1, 0), (_CRASHED, f"extractor process died (exit code {code})"))
         if replies and replies[-1][0] == _CRASHED:
             self._discard()
-            return replies[:-1], (len(replies) - 1, replies[-1])
-        return replies, None
+            return replies[:-1], texts, (len(replies) - 1, replies[-1])
+        return replies, texts, None
 
 
 @cache

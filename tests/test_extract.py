@@ -9,8 +9,9 @@ import threading
 import pyarrow as pa
 import pytest
 from conftest import shared
+from corpus.stages.columns import binary_column, concatenated, values_of
 from corpus.stages.extract import ExtractOptions, decode_html, extract_documents, extractor_settings
-from corpus.stages.extract_watchdog import ExtractionWatchdog
+from corpus.stages.extract_watchdog import ExtractionWatchdog, Pages
 from corpus.stages.read import ReadOptions, read_records
 from corpus.stages.schema import DOCUMENTS, RECORDS
 
@@ -115,9 +116,10 @@ def test_empty_pages_are_dropped_and_counted():
     assert result.table["lang"].to_pylist() == ["en"]
 
 
-def page(html: str) -> tuple:
-    """A page as the extract stage hands it to the extractor process: kind, payload, HTTP charset, URL."""
-    return ("html", html.encode(), "utf-8", None)
+def pages(*htmls: str) -> Pages:
+    """HTML pages as the extract stage hands them to the extractor process."""
+    data, offsets = concatenated([html.encode() for html in htmls])
+    return Pages([("html", "utf-8", None)] * len(htmls), memoryview(data), offsets)
 
 
 def watchdog_with(timeout_s: float) -> ExtractionWatchdog:
@@ -127,9 +129,9 @@ def watchdog_with(timeout_s: float) -> ExtractionWatchdog:
 def test_watchdog_kills_a_hanging_page_and_goes_on():
     watchdog = watchdog_with(timeout_s=1.0)
     try:
-        results = watchdog.extract([page(QUICK_PAGE), page(SLOW_PAGE), page(QUICK_PAGE)])
-        assert [reply[0] for reply in results] == ["ok", "extract_timeout", "ok"]
-        assert "A short article about gardening" in results[2][1]
+        extraction = watchdog.extract(pages(QUICK_PAGE, SLOW_PAGE, QUICK_PAGE))
+        assert [reply[0] for reply in extraction.replies] == ["ok", "extract_timeout", "ok"]
+        assert "A short article about gardening" in extraction.text_column()[1].as_py()
         assert watchdog.restarts == 1
     finally:
         watchdog.close()
@@ -140,14 +142,15 @@ def test_watchdog_names_the_page_that_killed_it_mid_chunk_and_redoes_the_pages_b
     again by the next one, in order."""
     watchdog = watchdog_with(timeout_s=60)
     try:
-        watchdog.extract([page(QUICK_PAGE)])
+        watchdog.extract(pages(QUICK_PAGE))
         victim = watchdog.pid
         killer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))
         killer.start()
-        results = watchdog.extract([page(QUICK_PAGE), page(QUICK_PAGE), page(SLOW_PAGE), page(QUICK_PAGE)])
+        extraction = watchdog.extract(pages(QUICK_PAGE, QUICK_PAGE, SLOW_PAGE, QUICK_PAGE))
         killer.join()
-        assert [reply[0] for reply in results] == ["ok", "ok", "extract_crashed", "ok"]
-        assert results[0] == results[1] == results[3] and "A short article about gardening" in results[0][1]
+        assert [reply[0] for reply in extraction.replies] == ["ok", "ok", "extract_crashed", "ok"]
+        texts = extraction.text_column().to_pylist()
+        assert len(texts) == 3 and texts[0] == texts[1] == texts[2] and "A short article about gardening" in texts[0]
         assert watchdog.restarts == 1
     finally:
         watchdog.close()
@@ -200,3 +203,19 @@ def test_the_default_mode_falls_back_to_resiliparse_where_trafilatura_finds_noth
     assert extract.main_text("trafilatura", deep, None) == ""
     shallow = deep.replace("<div>" * 3000, "<div>" * 30).replace("</div>" * 3000, "</div>" * 30)
     assert extract.main_text("trafilatura", shallow, None) == "deep text"
+
+
+def test_binary_columns_round_trip_through_their_buffer_and_offsets():
+    parts = [b"<html>a</html>", b"", "caf\u00e9".encode(), b"\x00\xff" * 3]
+    column = binary_column(parts)
+    assert column.type == pa.large_binary() and column.to_pylist() == parts
+
+    def values(column) -> list[bytes]:
+        data, offsets = values_of(column)
+        return [bytes(data[start:end]) for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
+
+    assert values(column) == parts
+    assert values(column.slice(1, 2)) == parts[1:3]  # a slice reads from its own offset
+    assert values(pa.chunked_array([column.slice(0, 2), column.slice(2)])) == parts
+    assert values(pa.array([b"x", None, b"yz"], pa.large_binary())) == [b"x", b"", b"yz"]
+    assert values(pa.array([], pa.large_binary())) == []
