@@ -21,8 +21,8 @@ Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extrac
              signal of every rule for every document, MinHash dedup (signatures, clusters and decisions), token
              shards; `corpus run --no-ray`, and `corpus run` on its own one-CPU Ray cluster.
 
-Each side runs as its own process pinned to one core, `--repeats` times (the least wall counts: this VM's speed
-drifts by 10-20 % between minutes). Two figures per side:
+Each side runs as its own process pinned to one core, once in each of `--repeats` rounds (the least wall counts:
+this VM's speed drifts by 10-20 % between minutes, and every side meets the drift of every round). Two figures per side:
   wall       the whole process's wall time (interpreter start, imports, model loads included) over the pages;
   per page   what each further page costs: (wall on the input - wall on one copy of it) / (pages between),
              the fixed costs of a run taken out on both sides, as a snapshot (~45,000 pages per WARC) pays them.
@@ -151,18 +151,15 @@ def decoded_pages(path: Path) -> tuple[list[tuple[str, str | None]], float]:
     return pages, sum(sizes) / len(sizes)
 
 
-def extraction_alone_ms(pages: list[tuple[str, str | None]], extractor: str, repeats: int) -> float:
-    """The extractor's ms per page in a plain loop, the best of `repeats` loops."""
+def extraction_alone_ms(pages: list[tuple[str, str | None]], extractor: str) -> float:
+    """The extractor's ms per page in a plain loop."""
     from corpus.stages.extract import main_text
 
     main_text(extractor, *pages[0])  # imports warm
-    walls = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for html, url in pages:
-            main_text(extractor, html, url)
-        walls.append(time.perf_counter() - started)
-    return min(walls) * 1000 / len(pages)
+    started = time.perf_counter()
+    for html, url in pages:
+        main_text(extractor, html, url)
+    return (time.perf_counter() - started) * 1000 / len(pages)
 
 
 def our_job(folder: Path, source: Path, extractor: str, shared: Path) -> Path:
@@ -300,14 +297,10 @@ def timed(command: list[str], env: dict | None = None) -> float:
     return time.perf_counter() - started
 
 
-def best_of(repeats: int, command: list[str], output: Path, env: dict | None = None) -> float:
-    """The least wall of `repeats` runs, each into a fresh `output` (a rerun there would resume, not redo): this
-    VM's speed drifts by 10-20 % from minute to minute, and the least is the run it slowed least."""
-    walls = []
-    for _ in range(repeats):
-        subprocess.run(["rm", "-rf", str(output)], check=True)
-        walls.append(timed(command, env))
-    return min(walls)
+def fresh_run(command: list[str], output: Path, env: dict | None = None) -> float:
+    """One run's wall, into a fresh `output` (a rerun there would resume, not redo)."""
+    subprocess.run(["rm", "-rf", str(output)], check=True)
+    return timed(command, env)
 
 
 def datatrove_kept(output: Path) -> int:
@@ -398,41 +391,47 @@ class Side:
 
 
 def run_sides(
-    folder: Path, inputs: dict[str, Path], extractor: str, shared: Path, repeats: int
-) -> tuple[list[Side], dict]:
-    """Every side over the input ("large") and over one copy ("small"), each the best of `repeats` runs; returns
-    the sides and our in-process stats."""
+    folder: Path, inputs: dict[str, Path], extractor: str, shared: Path, repeats: int, pages: list
+) -> tuple[list[Side], float, dict]:
+    """Every side over the input ("large") and over one copy ("small"), and the extractor alone over `pages`, the
+    least of `repeats` rounds, each round running every side once (this VM's speed drifts from minute to minute:
+    a side's runs spread over the rounds meet the same drift as the others'); returns the sides, the extractor
+    alone's ms per page and our in-process stats."""
     walls: dict[str, dict[str, float]] = {}
-    jobs = {}
+
+    def keep(side: str, size: str, wall: float) -> None:
+        walls.setdefault(side, {})[size] = min(wall, walls.get(side, {}).get(size, wall))
+
+    jobs, datatrove = {}, {}
     for size, source in inputs.items():
         work = folder / size
         work.mkdir(exist_ok=True)
         jobs[size] = [sys.executable, "-m", "corpus.cli", "run", str(our_job(work, source, extractor, shared))]
-        datatrove = [sys.executable, __file__, "--datatrove-run", str(source), str(work / "dt"), extractor]
-        walls.setdefault("datatrove", {})[size] = best_of(repeats, datatrove, work / "dt")
-        inline = work / "inline"
-        walls.setdefault("corpus --no-ray", {})[size] = best_of(
-            repeats, [*jobs[size], "--no-ray", "--output", str(inline)], inline
-        )
+        datatrove[size] = [sys.executable, __file__, "--datatrove-run", str(source), str(work / "dt"), extractor]
+    alone = float("inf")
+    for _ in range(repeats):
+        alone = min(alone, extraction_alone_ms(pages, extractor))
+        for size in inputs:
+            keep("datatrove", size, fresh_run(datatrove[size], folder / size / "dt"))
+            inline = folder / size / "inline"
+            keep("corpus --no-ray", size, fresh_run([*jobs[size], "--no-ray", "--output", str(inline)], inline))
+        cold = folder / "large" / "cold-ray"
+        cold_wall = fresh_run([*jobs["large"], "--output", str(cold)], cold)
+        keep("corpus, its own local Ray (start-up included)", "large", cold_wall)
+        with StartedRayCluster() as cluster:
+            # One job first, untimed (Ray's workers and agents start), then until the cluster is quiet.
+            timed([*jobs["small"], "--output", str(folder / "small" / "warm-up")], env=cluster.env)
+            cluster.settle()
+            for size in inputs:
+                started = folder / size / "started-ray"
+                command = [*jobs[size], "--output", str(started)]
+                keep("corpus on a started 1-CPU Ray", size, fresh_run(command, started, cluster.env))
     stats = json.loads((folder / "large" / "inline" / "stats.json").read_text())
     stats["datatrove_kept"] = datatrove_kept(folder / "large" / "dt")
-    cold = folder / "large" / "cold-ray"
-    walls["corpus, its own local Ray (start-up included)"] = {
-        "large": best_of(repeats, [*jobs["large"], "--output", str(cold)], cold)
-    }
-    with StartedRayCluster() as cluster:
-        # One job first, untimed (Ray's workers and agents start), then until the cluster is quiet.
-        timed([*jobs["small"], "--output", str(folder / "small" / "warm-up")], env=cluster.env)
-        cluster.settle()
-        for size in inputs:
-            started = folder / size / "started-ray"
-            walls.setdefault("corpus on a started 1-CPU Ray", {})[size] = best_of(
-                repeats, [*jobs[size], "--output", str(started)], started, cluster.env
-            )
     for size in inputs:
         subprocess.run(["rm", "-rf", str(folder / size)], check=True)
     sides = [Side(name, runs["large"], runs.get("small")) for name, runs in walls.items()]
-    return sides, stats
+    return sides, alone, stats
 
 
 def main() -> None:
@@ -442,7 +441,7 @@ def main() -> None:
     parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS))
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--extractors", nargs="+", default=["resiliparse", "trafilatura"])
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each side; its least wall counts")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds, each side once a round; its least wall counts")
     parser.add_argument("--datatrove-run", nargs=3, metavar=("INPUT", "OUTPUT", "EXTRACTOR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.datatrove_run:
@@ -475,11 +474,10 @@ def main() -> None:
             print(
                 f"##### input {input_name}: {len(pages):,} HTML pages ({described}; the small run: {small_pages:,}), "
                 f"mean {mean_bytes / 1000:,.1f} kB of HTML per page; one core each; each side the best of "
-                f"{args.repeats} run(s)\n"
+                f"{args.repeats} round(s)\n"
             )
             for extractor in args.extractors:
-                alone = extraction_alone_ms(pages, extractor, args.repeats)
-                sides, stats = run_sides(folder, inputs, extractor, args.shared, args.repeats)
+                sides, alone, stats = run_sides(folder, inputs, extractor, args.shared, args.repeats, pages)
                 report(extractor, len(pages), small_pages, alone, sides, stats)
                 ours = next(side for side in sides if side.name == "corpus on a started 1-CPU Ray")
                 theirs = next(side for side in sides if side.name == "datatrove")
