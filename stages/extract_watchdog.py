@@ -17,6 +17,7 @@ with the child and are extracted again.
 from __future__ import annotations
 
 import atexit
+import gc
 import mmap
 import multiprocessing
 import os
@@ -102,6 +103,7 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
     limit = memory_limit_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     handle = PageExtractor(settings)
+    gc.freeze()  # the imports and the models, there for the process's life, stay out of the collector's passes
     conn.send("ready")
     payloads = bytearray(1 << 20)  # reused across chunks: no fresh memory per chunk
     while True:

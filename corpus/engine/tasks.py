@@ -12,6 +12,7 @@ each task would ship).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
@@ -85,7 +86,11 @@ def execute(options: Job, task: Task, context: Context | None = None) -> dict:
     done = folder.done(task.marker, task.key)
     if done is not None:
         return done
-    report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
+    gc.freeze()  # what exists before the task (modules; Ray's runtime in a worker) stays out of the collector's passes
+    try:
+        report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
+    finally:
+        gc.unfreeze()
     report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # its process's
     folder.write_json(task.marker, report)
     return report
