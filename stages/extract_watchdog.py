@@ -36,6 +36,7 @@ import pyarrow as pa
 from corpus.stages.columns import column_of, concatenated
 
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
+_SEND_BYTES = 64 << 20  # and at most this much payload (but one page), well inside the process's memory limit
 _STARTUP_TIMEOUT_S = 120.0
 _CRASHED = "extract_crashed"
 
@@ -233,7 +234,8 @@ class ExtractionWatchdog:
                 self._discard()  # died between batches
             if self._process is None:
                 self._start()
-            end = min([position + _SEND_CHUNK, len(pages), *(page for page in failed if page > position)])
+            fits = int(np.searchsorted(pages.offsets, pages.offsets[position] + _SEND_BYTES, side="right")) - 1
+            end = min([position + _SEND_CHUNK, max(fits, position + 1), *(page for page in failed if page > position)])
             replies, chunk_texts, failure = self._run_chunk(pages, position, end)
             results.extend(replies)
             texts.append(chunk_texts)

@@ -9,6 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 from conftest import shared
+from corpus.stages import extract_watchdog
 from corpus.stages.columns import binary_column, concatenated, values_of
 from corpus.stages.extract import ExtractOptions, decode_html, extract_documents, extractor_settings
 from corpus.stages.extract_watchdog import ExtractionWatchdog, Pages
@@ -152,6 +153,23 @@ def test_watchdog_names_the_page_that_killed_it_mid_chunk_and_redoes_the_pages_b
         texts = extraction.text_column().to_pylist()
         assert len(texts) == 3 and texts[0] == texts[1] == texts[2] and "A short article about gardening" in texts[0]
         assert watchdog.restarts == 1
+    finally:
+        watchdog.close()
+
+
+def test_chunks_sent_to_the_extractor_are_cut_by_payload_bytes(monkeypatch):
+    """A chunk holds at most _SEND_BYTES of payload (at least one page): 32 giant pages must not meet in the
+    extractor process's memory limit at once."""
+    watchdog = watchdog_with(timeout_s=60)
+    try:
+        chunks: list[int] = []
+        whole = watchdog.extract(pages(QUICK_PAGE, QUICK_PAGE, QUICK_PAGE), chunks.append)
+        assert chunks == [3]
+        monkeypatch.setattr(extract_watchdog, "_SEND_BYTES", len(QUICK_PAGE.encode()) + 1)
+        chunks.clear()
+        cut = watchdog.extract(pages(QUICK_PAGE, QUICK_PAGE, QUICK_PAGE), chunks.append)
+        assert chunks == [1, 1, 1]
+        assert cut.replies == whole.replies and cut.text_column().equals(whole.text_column())
     finally:
         watchdog.close()
 
