@@ -15,12 +15,11 @@ from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import DocumentBatch
-from corpus.text.hashing import find_or_add, span_key, table_bits
+from corpus.text.hashing import FNV_PRIME, find_or_add, span_key, table_bits
 from corpus.text.words import SPACE, character_classes
 
 TOP_NGRAMS = {2: 0.20, 3: 0.18, 4: 0.16}
 DUP_NGRAMS = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
-_PRIME = np.uint64(1099511628211)
 
 
 @njit(cache=True)
@@ -127,7 +126,7 @@ def ngram_char_counts(offsets, ids, lengths, top_ns, dup_ns):
             if count <= 0:
                 break
             for i in range(count):  # extend each (n-1)-gram by one word
-                hashes[i] = hashes[i] * _PRIME + np.uint64(ids[start + i + n - 1] + 1)
+                hashes[i] = hashes[i] * FNV_PRIME + np.uint64(ids[start + i + n - 1] + 1)
                 chars[i] += lengths[start + i + n - 1]
             for t in range(len(top_ns)):
                 if top_ns[t] == n:

@@ -27,7 +27,8 @@ from numba import njit
 
 from corpus import user_cache_dir
 from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, Span, register
-from corpus.text.batch import FNV_OFFSET, FNV_PRIME, DocumentBatch, sorted_unique, stable_hashes
+from corpus.text.batch import DocumentBatch, sorted_unique, stable_hashes
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
 
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]+")
 

@@ -126,8 +126,7 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
                 reply = handle(kind, bytes(view[start:end]), charset, url)
             except MemoryError:
                 replies.append((_CRASHED, "MemoryError: the page exceeded the extractor memory limit"))
-                conn.send(replies)
-                conn.send_bytes(b"".join(texts))
+                _reply(conn, replies, texts)
                 return  # the heap may be left in a bad state: let the parent start a fresh child
             except Exception as exc:  # noqa: BLE001 - any extractor bug is a per-page error, not a crash
                 reply = ("extract_failed", f"{type(exc).__name__}: {exc}")
@@ -137,8 +136,13 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
                 reply = ("ok", len(text), *reply[2:])
             replies.append(reply)
         view.release()
-        conn.send(replies)
-        conn.send_bytes(b"".join(texts))
+        _reply(conn, replies, texts)
+
+
+def _reply(conn, replies: list[tuple], texts: list[bytes]) -> None:
+    """A chunk's replies, then its "ok" texts end to end (what `_run_chunk` receives)."""
+    conn.send(replies)
+    conn.send_bytes(b"".join(texts))
 
 
 class ExtractionWatchdog:
