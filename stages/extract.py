@@ -31,6 +31,8 @@ from corpus.stages.options import StageOptions
 from corpus.stages.schema import DOCUMENTS, RECORD_FIELDS
 from pydantic import Field
 
+from corpus.text.fasttext_model import FastTextModel
+
 EMPTY_DROP = "empty_text"
 PREPASS_DROP = "language_prepass"
 
@@ -175,7 +177,7 @@ def main_text(extractor: str, html: str, url: str | None) -> str:
 
 
 class PageExtractor:
-    """One page's record in, one reply out: ("ok", text, charset, lang, score), or (drop reason,), or
+    """One page's record in, one reply out: ("ok", text as UTF-8, charset, lang, score), or (drop reason,), or
     (error class, message). Runs in the extractor process (`extract_watchdog`)."""
 
     def __init__(self, settings: dict):
@@ -190,13 +192,14 @@ class PageExtractor:
             text, charset = payload.decode("utf-8", "replace").strip(), "utf-8"
         else:
             html, charset = decode_html(payload, http_charset)
-            quick_text = None  # resiliparse's main text, when the pre-pass made it
+            quick_text = quick_encoded = None  # resiliparse's main text, when the pre-pass made it
             if self.prepass:
                 if settings["extractor"] == "resiliparse":  # the document's own text, extracted once
                     quick_text = resiliparse_text(html)
-                    quick_language = self.identify(quick_text)
+                    quick_encoded = _utf8(quick_text)
+                    quick_language = self.identify(quick_encoded)
                 else:
-                    quick_language = self.identify(page_text(html))
+                    quick_language = self.identify(_utf8(page_text(html)))
                 lang, score = quick_language
                 if lang not in self.prepass and (score or 0.0) >= settings["prepass_min_score"]:
                     return (PREPASS_DROP,)
@@ -205,7 +208,14 @@ class PageExtractor:
                 quick_language = None  # another text than the pre-pass identified
         if len(text) < settings["min_text_chars"]:
             return (EMPTY_DROP,)
-        return ("ok", text, charset, *(quick_language or self.identify(text)))
+        if quick_language:  # the pre-pass's text is the document's, identified already
+            return ("ok", quick_encoded, charset, *quick_language)
+        encoded = _utf8(text)
+        return ("ok", encoded, charset, *self.identify(encoded))
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "replace")  # a lone surrogate becomes "?", not an Arrow error
 
 
 # ---------------------------------------------------------------- language identification
@@ -221,27 +231,26 @@ def default_lid_model() -> str:
 
 
 @cache
-def _lid_model(path: str):
-    import fasttext
-
-    return fasttext.load_model(path)
+def _lid_model(path: str) -> FastTextModel:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"language-ID model {path}: {exc.strerror}; give a fastText model file (lid_model)") from exc
+    return FastTextModel.from_bytes(data, path)
 
 
 class LanguageIdentifier:
-    """Top language code and its probability (fastText lid.176) from a text's first `max_chars` characters."""
+    """Top language code and its probability (fastText lid.176) from a text's first `max_chars` characters, line
+    breaks read as spaces: fastText's own answer (`corpus.text.fasttext_model`)."""
 
     def __init__(self, model_path: str = "", max_chars: int = 2_000):
         self.model = _lid_model(model_path or default_lid_model())
         self.max_chars = max_chars
 
-    def __call__(self, text: str) -> tuple[str | None, float | None]:
-        # fastText reads one line; the C++ binding directly, as the Python wrappers of `fasttext` and
-        # `fasttext-predict` disagree on list input and on numpy 2, while both expose this call alike.
-        predictions = self.model.f.predict(text[: self.max_chars].replace("\n", " ") + "\n", 1, 0.0, "replace")
-        if not predictions:
-            return None, None
-        score, label = predictions[0]
-        return label.removeprefix("__label__"), min(float(score), 1.0)
+    def __call__(self, text: str | bytes) -> tuple[str | None, float | None]:
+        """`text`: a string, or its UTF-8 bytes (what the extractor sends back anyway: no second encoding)."""
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
+        return self.model.predict(data, self.max_chars)
 
 
 # ---------------------------------------------------------------- the stage

@@ -131,9 +131,8 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
             except Exception as exc:  # noqa: BLE001 - any extractor bug is a per-page error, not a crash
                 reply = ("extract_failed", f"{type(exc).__name__}: {exc}")
             if reply[0] == "ok":
-                text = reply[1].encode("utf-8", "replace")  # a lone surrogate becomes "?", not an Arrow error
-                texts.append(text)
-                reply = ("ok", len(text), *reply[2:])
+                texts.append(reply[1])
+                reply = ("ok", len(reply[1]), *reply[2:])
             replies.append(reply)
         view.release()
         _reply(conn, replies, texts)
