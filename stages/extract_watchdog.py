@@ -103,7 +103,11 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
     settings, memory_limit_mb = conn.recv()
     limit = memory_limit_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    handle = PageExtractor(settings)
+    try:
+        handle = PageExtractor(settings)
+    except ValueError as exc:  # a setting it cannot use (a model file that is not one): said, not a traceback
+        conn.send(str(exc))
+        return
     gc.freeze()  # the imports and the models, there for the process's life, stay out of the collector's passes
     conn.send("ready")
     payloads = bytearray(1 << 20)  # reused across chunks: no fresh memory per chunk
@@ -185,11 +189,13 @@ class ExtractionWatchdog:
         self._conn = parent_conn
         parent_conn.send((self.settings, self.memory_limit_mb))
         try:
-            ready = parent_conn.poll(_STARTUP_TIMEOUT_S) and parent_conn.recv() == "ready"
+            answer = parent_conn.recv() if parent_conn.poll(_STARTUP_TIMEOUT_S) else None
         except (EOFError, OSError):
-            ready = False
-        if not ready:
+            answer = None
+        if answer != "ready":
             self.close()
+            if isinstance(answer, str):  # the child's own account of what stopped it
+                raise ValueError(f"the extractor process could not start: {answer}")
             raise RuntimeError(
                 f"the {self.settings['extractor']} extractor process did not start; its error is on stderr above "
                 "(is the package installed in this environment?)"

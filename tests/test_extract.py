@@ -127,6 +127,14 @@ def watchdog_with(timeout_s: float) -> ExtractionWatchdog:
     return ExtractionWatchdog(dict(extractor_settings(ExtractOptions())), timeout_s, 2048)
 
 
+def test_an_extractor_process_that_cannot_start_says_why(tmp_path):
+    (tmp_path / "notes.ftz").write_text("a text file, not a model\n")
+    settings = dict(extractor_settings(ExtractOptions(lid_model=str(tmp_path / "notes.ftz"))))
+    watchdog = ExtractionWatchdog(settings, 5.0, 2048)
+    with pytest.raises(ValueError, match="extractor process could not start: .*notes.ftz: not a fastText model"):
+        watchdog.extract(pages(QUICK_PAGE))
+
+
 def test_watchdog_kills_a_hanging_page_and_goes_on():
     watchdog = watchdog_with(timeout_s=1.0)
     try:

@@ -79,6 +79,13 @@ def test_mistakes_name_the_file_and_the_key(tmp_path, body, message):
     assert message in str(caught.value)
 
 
+def test_a_language_model_that_is_no_fasttext_classifier_is_named(tmp_path):
+    (tmp_path / "notes.ftz").write_text("a text file, not a model\n")
+    path = job_file(tmp_path, "[extract]\nlid_model = 'notes.ftz'\n")
+    with pytest.raises(JobError, match="key 'extract.lid_model': .*notes.ftz: not a fastText model file; give a"):
+        load_job(path)
+
+
 def test_missing_inputs_and_required_keys(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('name = "t"\ninputs = ["nowhere/*.warc.gz"]\noutput = "out"\n')

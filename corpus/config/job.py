@@ -27,6 +27,7 @@ from corpus.stages.options import StageOptions
 from corpus.stages.prefilter import PrefilterOptions
 from corpus.stages.read import ReadOptions
 from corpus.stages.tokenize import TextTokenizer, TokenizeOptions, TokenizerError
+from corpus.text.fasttext_model import ModelFileError, check_header
 
 
 class JobError(Exception):
@@ -232,6 +233,11 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
         lid = _resolve_path(job.extract.lid_model, path.parent)
         if not Path(lid).is_file():
             raise JobError(f"{path}: key 'extract.lid_model': no such file {lid!r}")
+        with open(lid, "rb") as fh:
+            try:
+                check_header(fh.read(64), lid)
+            except ModelFileError as exc:
+                raise JobError(f"{path}: key 'extract.lid_model': {exc}") from None
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
     inputs = _expand_inputs(job, path)

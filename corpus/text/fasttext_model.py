@@ -41,6 +41,7 @@ class FastTextModel:
     word_ngrams: int
     bucket: int
     eos: int  # the end-of-sentence word's id, -1 if the model has none
+    eos_hash: int
     vocab_table: np.ndarray  # open addressing: word id + 1 at a slot, 0 = empty
     word_hashes: np.ndarray  # fastText's 32-bit hash of each word, as int64
     word_bytes: np.ndarray
@@ -70,7 +71,7 @@ class FastTextModel:
             self.word_ngrams,
             self.bucket,
             self.eos,
-            np.uint64(_hash32(_EOS)),
+            self.eos_hash,
             self.vocab_table,
             self.word_hashes,
             self.word_bytes,
@@ -114,15 +115,22 @@ class _Reader:
         return word, count, kind
 
 
-def _parse(data: bytes, name: str) -> FastTextModel:
-    r = _Reader(data, name)
-    magic, version = r.one("<i4"), r.one("<i4")
+def check_header(head: bytes, name: str) -> None:
+    """Raises `ModelFileError` unless the file's first 64 bytes start a fastText classifier (supervised model)."""
+    r = _Reader(head, name)
+    magic, version = (r.one("<i4"), r.one("<i4")) if len(head) >= 8 else (None, None)
     if magic != _MAGIC or version not in _VERSIONS:
-        raise ModelFileError(f"{name}: not a fastText model file (magic {magic}, version {version})")
-    dim, _ws, _epoch, _min_count, _neg, word_ngrams, loss, model, bucket, minn, maxn, _lr_rate = r.take("<i4", 12)
-    r.take("<f8")  # t
-    if model != _SUPERVISED:
+        raise ModelFileError(f"{name}: not a fastText model file; give a fastText .bin or .ftz classifier")
+    if r.take("<i4", 8)[7] != _SUPERVISED:
         raise ModelFileError(f"{name}: a fastText word-vector model, not a classifier; give a supervised model")
+
+
+def _parse(data: bytes, name: str) -> FastTextModel:
+    check_header(data[:64], name)
+    r = _Reader(data, name)
+    version = r.take("<i4", 2)[1]
+    dim, _ws, _epoch, _min_count, _neg, word_ngrams, loss, _model, bucket, minn, maxn, _lr_rate = r.take("<i4", 12)
+    r.take("<f8")  # t
     if version == 11:  # fastText's rule: supervised models of version 11 have no character n-grams
         maxn = 0
     size, nwords, nlabels = r.take("<i4", 3)
@@ -134,12 +142,16 @@ def _parse(data: bytes, name: str) -> FastTextModel:
     input_rows = _quantized_rows(r) if quantized else _dense_rows(r)
     quantized_output = r.one("<u1")
     if quantized and quantized_output:
-        raise ModelFileError(f"{name}: its output matrix is quantized (qout), which corpus does not read; quantize "
-                             "the model without qout")
+        raise ModelFileError(
+            f"{name}: its output matrix is quantized (qout), which corpus does not read; quantize "
+            "the model without qout"
+        )
     output_rows = _dense_rows(r)
     if input_rows.shape[1] != dim or output_rows.shape[1] != dim:
-        raise ModelFileError(f"{name}: matrices of {input_rows.shape[1]} and {output_rows.shape[1]} columns in a "
-                             f"model of dimension {dim}; the file is damaged")
+        raise ModelFileError(
+            f"{name}: matrices of {input_rows.shape[1]} and {output_rows.shape[1]} columns in a "
+            f"model of dimension {dim}; the file is damaged"
+        )
     if loss not in (_HS, _NS, _SOFTMAX, _OVA):
         raise ModelFileError(f"{name}: loss {loss} is not one of fastText's (hs, ns, softmax, ova)")
 
@@ -164,8 +176,25 @@ def _parse(data: bytes, name: str) -> FastTextModel:
     if loss == _HS:
         left, right = _huffman_tree(label_counts)
     return FastTextModel(
-        labels, int(loss), int(minn), int(maxn), int(word_ngrams), int(bucket), eos, vocab_table, word_hashes,
-        word_bytes, word_offsets, word_rows, word_row_offsets, bucket_rows, input_rows, output_rows, left, right,
+        labels,
+        int(loss),
+        int(minn),
+        int(maxn),
+        int(word_ngrams),
+        int(bucket),
+        eos,
+        np.uint64(_hash32(_EOS)),
+        vocab_table,
+        word_hashes,
+        word_bytes,
+        word_offsets,
+        word_rows,
+        word_row_offsets,
+        bucket_rows,
+        input_rows,
+        output_rows,
+        left,
+        right,
     )
 
 
@@ -342,7 +371,7 @@ def _add_row(hidden, input_rows, row):
 def _has_label_prefix(text, start, end):
     if end - start < 9:
         return False
-    for k in range(9):
+    for k in range(9):  # noqa: SIM110 - a loop Numba compiles, where all() over a generator it does not
         if text[start + k] != _LABEL_BYTES[k]:
             return False
     return True
@@ -401,8 +430,26 @@ def _tree_best(hidden, output_rows, left, right, floor):
 
 @njit(cache=True)
 def _predict(
-    text, max_chars, loss, minn, maxn, word_ngrams, bucket, eos, eos_hash, vocab_table, word_hashes, word_bytes,
-    word_offsets, word_rows, word_row_offsets, bucket_rows, input_rows, output_rows, left, right,
+    text,
+    max_chars,
+    loss,
+    minn,
+    maxn,
+    word_ngrams,
+    bucket,
+    eos,
+    eos_hash,
+    vocab_table,
+    word_hashes,
+    word_bytes,
+    word_offsets,
+    word_rows,
+    word_row_offsets,
+    bucket_rows,
+    input_rows,
+    output_rows,
+    left,
+    right,
 ):
     # the prefix of max_chars code points
     end = 0
@@ -466,7 +513,7 @@ def _predict(
     for j in range(dim):
         hidden[j] *= scale
     floor = _std_log(np.float32(0.0))
-    if loss == 1:
+    if loss == _HS:
         best, best_score = _tree_best(hidden, output_rows, left, right, floor)
         return best, np.exp(best_score)
     osz = output_rows.shape[0]
@@ -476,7 +523,7 @@ def _predict(
         for j in range(dim):
             d += output_rows[o, j] * hidden[j]
         output[o] = d
-    if loss == 3:
+    if loss == _SOFTMAX:
         top = output[0]
         for o in range(osz):
             top = max(output[o], top)
