@@ -107,6 +107,21 @@ def training_file(tmp_path) -> tuple[str, list[str]]:
 SUBWORDS, WORD_PAIRS = {"minn": 2, "maxn": 4}, {"wordNgrams": 2}
 
 
+def trained(train: str, loss: str, features: dict):
+    """A fastText model trained on `train`. fastText 0.9.3 now and then stops with "Encountered NaN" on this small
+    set, with settings that trained a moment before (and always with neither sub-words nor word pairs, so no test
+    trains so): another seed then trains; each model is compared with itself, whatever its weights."""
+    for seed in range(1, 6):
+        try:
+            return fasttext.train_supervised(
+                train, loss=loss, dim=8, epoch=20, thread=1, seed=seed, verbose=0, **features
+            )
+        except RuntimeError as exc:
+            if "NaN" not in str(exc):
+                raise
+    pytest.fail("fastText reported NaN with five seeds")
+
+
 @pytest.mark.parametrize(
     ("loss", "features", "quantize"),
     [
@@ -119,8 +134,7 @@ SUBWORDS, WORD_PAIRS = {"minn": 2, "maxn": 4}, {"wordNgrams": 2}
 )
 def test_trained_models_agree_with_fasttext(tmp_path, loss, features, quantize):
     train, held_out = training_file(tmp_path)
-    # (fastText 0.9.3 reports NaN on these lines with neither sub-words nor word pairs: both settings train cleanly)
-    library = fasttext.train_supervised(train, loss=loss, dim=8, epoch=20, thread=1, seed=1, verbose=0, **features)
+    library = trained(train, loss, features)
     path = tmp_path / "model.bin"
     if quantize:
         library.quantize(input=train, qnorm=True, cutoff=2_000, retrain=False, dsub=2, thread=1, verbose=0)

@@ -1,6 +1,7 @@
-"""fastText supervised models (lid.176, quality classifiers) read from their file bytes and applied to UTF-8 text in
-Numba, with fastText's own arithmetic: the same tokens, sub-word hashes, float32 sums and tree walk, so the top label
-and its probability are fastText's (`tests/test_fasttext_model.py` compares them on real pages and trained models).
+"""fastText supervised models (lid.176 for language ID) read from their file bytes and applied to UTF-8 text in Numba,
+with fastText's own arithmetic: the same tokens, sub-word hashes, float32 sums and tree walk, so the top label and its
+probability are fastText's (`tests/test_fasttext_model.py` compares them on real pages and trained models). Only the
+top label: the quality classifier, which needs the probability of one given label, keeps the library's `predict`.
 
 Why not the library's `predict`: a pruned model (`.ftz`, as lid.176.ftz is) looks every sub-word's bucket up in a
 `std::unordered_map` twice, two thirds of lid.176's time per page; here a bucket's row is one array read. And the text
