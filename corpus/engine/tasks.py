@@ -89,8 +89,8 @@ def keep_freed_memory() -> None:
     By default a block past the mmap threshold (which glibc raises, as blocks are freed, to at most 32 MB) is mapped
     fresh and unmapped when freed, and the top of the heap is trimmed past 128 kB: a batch's arrays of tens of MB
     were mapped anew each batch, and the kernel zeroed every page of them again (numpy asks for 2 MB huge pages
-    for large arrays, zeroed whole). Measured on the 4,395-page benchmark shard: the pipeline's process spent
-    0.17 ms a page less CPU (0.13 of it the kernel zeroing pages). What is kept is what the largest batch used.
+    for large arrays, zeroed whole). On the 4,395-page benchmark shard the pipeline's process spends ~0.05 ms a page
+    less CPU (perf samples, three interleaved pairs of runs). What is kept is what the largest batch used.
     Elsewhere than glibc (macOS), nothing to do."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
