@@ -288,9 +288,10 @@ def _word_rows(word_bytes, word_offsets, eos, minn, maxn, bucket, bucket_rows):
     end-of-sentence word)."""
     nwords = len(word_offsets) - 1
     offsets = np.zeros(nwords + 1, np.int64)
-    rows = np.empty(nwords + len(word_bytes) * (maxn + 1) + 2 * nwords * (maxn + 1), np.int32)
+    # a word of b bytes has at most (b + 2) * maxn sub-words ('<' and '>' around it): room for all, and its own row
+    rows = np.empty(nwords + (len(word_bytes) + 2 * nwords) * (maxn + 1), np.int32)
     count = 0
-    token = np.empty(word_offsets[-1] - 0 + 2 if nwords else 2, np.uint8)
+    token = np.empty(len(word_bytes) + 2, np.uint8)
     for w in range(nwords):
         rows[count] = w
         count += 1
