@@ -385,12 +385,10 @@ def identify_documents(documents: pa.Table, options: ExtractOptions, identify_la
         documents = documents.filter(pa.array(~empty))
     if identify_languages and documents.num_rows:
         identify = LanguageIdentifier(options.lid_model, options.lid_max_chars)
-        found = [identify(text) for text in documents.column("text").to_pylist()]
+        langs, scores = identify.of_column(documents.column("text"))
         lang_at = documents.schema.get_field_index("lang")
-        documents = documents.set_column(lang_at, DOCUMENTS.field("lang"), pa.array([f[0] for f in found], pa.string()))
-        documents = documents.set_column(
-            lang_at + 1, DOCUMENTS.field("lang_score"), pa.array([f[1] for f in found], pa.float32())
-        )
+        documents = documents.set_column(lang_at, DOCUMENTS.field("lang"), pa.array(langs, pa.string()))
+        documents = documents.set_column(lang_at + 1, DOCUMENTS.field("lang_score"), pa.array(scores, pa.float32()))
     counts.kept = documents.num_rows
     counts.seconds = time.perf_counter() - started
     return StageResult(documents, counts)

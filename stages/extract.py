@@ -252,6 +252,11 @@ class LanguageIdentifier:
         data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
         return self.model.predict(data, self.max_chars)
 
+    def of_column(self, texts: pa.Array | pa.ChunkedArray) -> tuple[list[str | None], list[float | None]]:
+        """Each text of a large_string column, read from the column's UTF-8 buffer in one kernel call."""
+        data, offsets = values_of(texts)
+        return self.model.predict_many(np.frombuffer(data, np.uint8), offsets, self.max_chars)
+
 
 # ---------------------------------------------------------------- the stage
 

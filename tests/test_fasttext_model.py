@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import fasttext
+import numpy as np
+import pyarrow as pa
 import pytest
 from conftest import shared
+from corpus.stages.columns import values_of
 from corpus.stages.extract import decode_html, default_lid_model, resiliparse_text
 from corpus.stages.read import ReadOptions, read_records
 
@@ -66,6 +69,10 @@ def test_lid176_on_real_pages_is_fasttexts_answer_bit_for_bit(lid, shared_warcs)
         assert ours(model, text, 2_000) == expected, prefix[:80]
         languages.add(expected[0])
     assert len(languages) >= 5  # the pages are not all one language
+    column = pa.array(texts, pa.large_string())
+    data, offsets = values_of(column)
+    langs, scores = model.predict_many(np.frombuffer(data, np.uint8), offsets, 2_000)
+    assert list(zip(langs, scores, strict=True)) == [ours(model, text, 2_000) for text in texts]
 
 
 @pytest.mark.parametrize(
