@@ -249,8 +249,7 @@ class LanguageIdentifier:
 
     def __call__(self, text: str | bytes) -> tuple[str | None, float | None]:
         """`text`: a string, or its UTF-8 bytes (what the extractor sends back anyway: no second encoding)."""
-        data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
-        return self.model.predict(data, self.max_chars)
+        return self.model.predict(text if isinstance(text, bytes) else _utf8(text), self.max_chars)
 
     def of_column(self, texts: pa.Array | pa.ChunkedArray) -> tuple[list[str | None], list[float | None]]:
         """Each text of a large_string column, read from the column's UTF-8 buffer in one kernel call."""
