@@ -6,73 +6,274 @@ line, drop lines with a word over 1,000 characters, strip Wikipedia citation mar
 punctuation (or ending in '...'), with fewer than 3 words, mentioning javascript, or with a policy/cookie phrase;
 the page is dropped if a surviving line says 'lorem ipsum' or has a curly bracket, or fewer than 5 sentences
 survive. As a modifier, the rules after this one see the surviving lines. Sentences are counted with a
-punctuation rule rather than spaCy's sentencizer (see `SENTENCE_END`).
+punctuation rule rather than spaCy's sentencizer (see `SENTENCE_MARKS`).
+
+One Numba pass over the batch's code points does it, with Python's string semantics: `str.splitlines`'s line
+breaks, `str.strip` and `str.split` on `str.isspace` characters, `str.lower` for the phrases, `re`'s matches for
+the citation marks and sentence ends (tests compare it with the same rules written with those calls).
 """
 
 from __future__ import annotations
 
-import re
+from functools import cache
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.words import DIGIT, SPACE, character_classes
 
-CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+CITATIONS = ("[edit]", "[citation needed]")  # and `\[\d*]`: a bracketed number or nothing
 END_PUNCTUATION = (".", "?", "!", '"', "'")
-POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
-# A run of sentence-final marks (then closing quotes or brackets) before a space or the end, not right after a
-# capital letter (initials). The expression starts with its marks so that `re` can skip ahead to them.
+PAGE_DROPPING_PHRASES = ("lorem ipsum",)
+LINE_DROPPING_PHRASES = (
+    "javascript",
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
+# A sentence ends at a run of these marks, then closing quotes or brackets, before a space or the line's end
+# (`[marks]+[closers]*(?=\s|$)`), unless the run is one mark right after a capital A-Z (an initial).
 SENTENCE_MARKS = ".!?…。！？"
-SENTENCE_END = re.compile(f"[{SENTENCE_MARKS}]+[\"'”’)\\]]*(?=\\s|$)")
-_MARK_SET = frozenset(SENTENCE_MARKS)
+SENTENCE_CLOSERS = "\"'”’)]"
 MAX_WORD_CHARS = 1000
 MIN_LINE_WORDS = 3
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines's
+
+_BREAK, _MARK, _CLOSER, _END_PUNCT = 1, 2, 4, 8
 
 
-def sentence_count(line: str) -> int:
+@cache
+def _c4_classes() -> np.ndarray:
+    """uint8 flags by code point: line break, sentence mark, sentence closer, C4's terminal punctuation."""
+    table = np.zeros(0x110000, np.uint8)
+    for chars, flag in ((LINE_BREAKS, _BREAK), (SENTENCE_MARKS, _MARK), (SENTENCE_CLOSERS, _CLOSER)):
+        table[[ord(c) for c in chars]] |= flag
+    table[[ord(c) for c in END_PUNCTUATION]] |= _END_PUNCT
+    return table
+
+
+KELVIN_SIGN = 0x212A  # the one character past ASCII that `str.lower` makes an ASCII letter ('k')
+
+
+@cache
+def _ascii_lower() -> np.ndarray:
+    """The ASCII character `str.lower` turns each code point into, else 0 (a test checks every code point). İ
+    becomes 'i' and a combining dot, which no phrase here can match, so it maps to 0 like other characters."""
+    table = np.zeros(0x110000, np.uint8)
+    table[:128] = np.frombuffer(bytes(range(128)).lower(), np.uint8)
+    table[KELVIN_SIGN] = ord("k")
+    return table
+
+
+def _phrase_table(phrases) -> np.ndarray:
+    """A row per phrase: its length, then its code points."""
+    width = max(map(len, phrases))
+    table = np.zeros((len(phrases), width + 1), np.int32)
+    for row, phrase in enumerate(phrases):
+        table[row, 0] = len(phrase)
+        table[row, 1 : len(phrase) + 1] = [ord(c) for c in phrase]
+    return table
+
+
+def _first_letters(phrases) -> np.ndarray:
+    """By ASCII code: a bit for each phrase starting with it (phrase k, bit k)."""
+    table = np.zeros(128, np.int64)
+    for k, phrase in enumerate(phrases):
+        table[ord(phrase[0])] |= 1 << k
+    return table
+
+
+_PHRASES = PAGE_DROPPING_PHRASES + LINE_DROPPING_PHRASES  # bit 0: lorem ipsum, bit 1: javascript
+_PHRASE_TABLE, _PHRASE_STARTS = _phrase_table(_PHRASES), _first_letters(_PHRASES)
+_CITATION_WORDS = _phrase_table(CITATIONS)
+
+
+@njit(cache=True)
+def _phrases_found(line, n, lower, phrases, starting_with):
+    """Bit k set when phrases[k] occurs in `line[:n].lower()`; `starting_with[c]`: the phrases starting with c."""
+    found = 0
+    for p in range(n):
+        candidates = starting_with[lower[line[p]]]
+        k = 0
+        while candidates:
+            if candidates & 1 and p + phrases[k, 0] <= n:
+                same = True
+                for j in range(1, phrases[k, 0]):
+                    if lower[line[p + j]] != phrases[k, j + 1]:
+                        same = False
+                        break
+                if same:
+                    found |= 1 << k
+            candidates >>= 1
+            k += 1
+    return found
+
+
+@njit(cache=True)
+def _citation_end(cp, p, end, flags, citation_words):
+    """End of `\\[\\d*]|\\[edit]|\\[citation needed]` at p (cp[p] is '['), or -1."""
+    q = p + 1
+    while q < end and flags[cp[q]] & DIGIT:
+        q += 1
+    if q < end and cp[q] == 93:
+        return q + 1
+    for k in range(citation_words.shape[0]):
+        length = citation_words[k, 0]
+        if p + length <= end:
+            same = True
+            for j in range(length):
+                if cp[p + j] != citation_words[k, j + 1]:
+                    same = False
+                    break
+            if same:
+                return p + length
+    return -1
+
+
+@njit(cache=True)
+def _sentences(line, n, flags, c4_flags):
+    """Sentence ends (see `SENTENCE_MARKS`) in line[:n]: marks runs, then closers, before a space or the end."""
     count = 0
-    for match in SENTENCE_END.finditer(line):
-        start = match.start()
-        # after a capital, a run of one mark is an initial; a longer run still ends a sentence from its second mark
-        if start == 0 or not ("A" <= line[start - 1] <= "Z") or match.group()[1:2] in _MARK_SET:
+    p = 0
+    while p < n:
+        if not c4_flags[line[p]] & _MARK:
+            p += 1
+            continue
+        q = p
+        while q < n and c4_flags[line[q]] & _MARK:
+            q += 1
+        marks = q - p
+        while q < n and c4_flags[line[q]] & _CLOSER:
+            q += 1
+        # Marks and closers are whitespace-free, so the match is the whole run or nothing.
+        initial = marks == 1 and p > 0 and 65 <= line[p - 1] <= 90
+        if (q == n or flags[line[q]] & SPACE) and not initial:
             count += 1
+        p = q
     return count
 
 
-def c4_lines(text: str) -> tuple[list[str], list[int], int, bool, bool]:
-    """(kept lines, indices of removed lines, sentences in kept lines, lorem ipsum seen, curly bracket seen).
+@njit(cache=True)
+def _c4_pass(cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, citation_words, max_word, min_words):
+    """Per text: the kept text (into `kept`, at `kept_offsets`), sentences, lorem ipsum, curly bracket, lines
+    removed, and the first removed line's span in the text (start, end; -1 when none)."""
+    n_texts = len(text_offsets) - 1
+    stats = np.zeros((n_texts, 6), np.int64)
+    kept = np.empty(len(cp), np.uint32)
+    kept_offsets = np.zeros(n_texts + 1, np.int64)
+    line = np.empty(0, np.uint32)
+    out = 0
+    for t in range(n_texts):
+        begin, end = text_offsets[t], text_offsets[t + 1]
+        if end - begin > len(line):
+            line = np.empty(end - begin, np.uint32)
+        stats[t, 4] = stats[t, 5] = -1
+        text_start = out
+        start = begin
+        while start < end:
+            stop = start
+            while stop < end and not c4_flags[cp[stop]] & _BREAK:
+                stop += 1
+            next_start = stop + 1
+            if stop + 1 < end and cp[stop] == 13 and cp[stop + 1] == 10:
+                next_start = stop + 2
+            a, b = start, stop  # str.strip()
+            while a < b and flags[cp[a]] & SPACE:
+                a += 1
+            while b > a and flags[cp[b - 1]] & SPACE:
+                b -= 1
+            removed = False
+            if b - a > max_word:
+                run = 0
+                for i in range(a, b):
+                    run = 0 if flags[cp[i]] & SPACE else run + 1
+                    if run > max_word:
+                        removed = True
+                        break
+            n = 0
+            curly = False
+            if not removed:
+                i = a
+                while i < b:  # the line, citation marks cut out
+                    if cp[i] == 91:
+                        q = _citation_end(cp, i, b, flags, citation_words)
+                        if q >= 0:
+                            i = q
+                            continue
+                    curly |= cp[i] == 123
+                    line[n] = cp[i]
+                    n += 1
+                    i += 1
+                ellipsis = n >= 3 and line[n - 1] == 46 and line[n - 2] == 46 and line[n - 3] == 46
+                if n == 0 or not c4_flags[line[n - 1]] & _END_PUNCT or ellipsis:
+                    removed = True
+                else:
+                    words = 0
+                    in_word = False
+                    for i in range(n):
+                        space = flags[line[i]] & SPACE
+                        if not space and not in_word:
+                            words += 1
+                            if words >= min_words:
+                                break
+                        in_word = not space
+                    removed = words < min_words
+            if not removed:
+                found = _phrases_found(line, n, lower, phrases, starting_with)
+                if found & 1:
+                    stats[t, 1] = 1
+                    break
+                if found & 2:
+                    removed = True
+                elif curly:
+                    stats[t, 2] = 1
+                    break
+                elif found:
+                    removed = True
+            if removed:
+                stats[t, 3] += 1
+                if stats[t, 4] < 0:
+                    stats[t, 4], stats[t, 5] = start - begin, stop - begin
+            else:
+                stats[t, 0] += max(1, _sentences(line, n, flags, c4_flags))
+                if out > text_start:
+                    kept[out] = 10
+                    out += 1
+                kept[out : out + n] = line[:n]
+                out += n
+            start = next_start
+        lead = text_start  # "\n".join(kept).strip(): only a citation cut can leave a kept line's edge blank
+        while lead < out and flags[kept[lead]] & SPACE:
+            lead += 1
+        while out > lead and flags[kept[out - 1]] & SPACE:
+            out -= 1
+        if lead > text_start:
+            kept[text_start : out - (lead - text_start)] = kept[lead:out].copy()
+            out -= lead - text_start
+        kept_offsets[t + 1] = out
+    return kept[:out], kept_offsets, stats
 
-    Stops at the first kept-so-far line with 'lorem ipsum' or '{', as the reference does (the page is dropped).
-    """
-    kept: list[str] = []
-    removed: list[int] = []
-    sentences = 0
-    for index, raw in enumerate(text.splitlines()):
-        line = raw.strip()
-        if len(line) > MAX_WORD_CHARS and any(len(word) > MAX_WORD_CHARS for word in line.split()):
-            removed.append(index)
-            continue
-        if "[" in line:
-            line = CITATION.sub("", line)
-        if not line.endswith(END_PUNCTUATION) or line.endswith("...") or len(line.split(maxsplit=2)) < MIN_LINE_WORDS:
-            removed.append(index)
-            continue
-        lower = line.lower()
-        if "lorem ipsum" in lower:
-            return kept, removed, sentences, True, False
-        if "javascript" in lower:
-            removed.append(index)
-            continue
-        if "{" in line:
-            return kept, removed, sentences, False, True
-        if any(phrase in lower for phrase in POLICY_PHRASES):
-            removed.append(index)
-            continue
-        sentences += max(1, sentence_count(line))
-        kept.append(line)
-    return kept, removed, sentences, False, False
+
+def c4_pass(points: np.ndarray, text_offsets: np.ndarray):
+    """(kept code points, their offsets per text, per-text stats) over `code_points(texts)`."""
+    return _c4_pass(
+        points,
+        text_offsets,
+        character_classes(),
+        _c4_classes(),
+        _ascii_lower(),
+        _PHRASE_TABLE,
+        _PHRASE_STARTS,
+        _CITATION_WORDS,
+        MAX_WORD_CHARS,
+        MIN_LINE_WORDS,
+    )
 
 
 @register
@@ -91,25 +292,20 @@ class C4(Rule):
     defaults = {"sentences": {"min": 5}, "lorem_ipsum": {"max": False}, "curly_bracket": {"max": False}}
 
     def modify(self, docs: DocumentBatch) -> tuple[dict, list[str]]:
-        n = len(docs)
+        kept, offsets, stats = c4_pass(*docs.code_points)
+        joined = kept.tobytes().decode("utf-32-le", "surrogatepass")
+        bounds = offsets.tolist()
+        texts = [joined[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        lengths = docs.text_lengths
+        removed = np.where(lengths > 0, 1 - np.diff(offsets) / np.maximum(lengths, 1), 0.0)
         out = {
-            "sentences": np.zeros(n, np.int32),
-            "lorem_ipsum": np.zeros(n, np.bool_),
-            "curly_bracket": np.zeros(n, np.bool_),
-            "lines_removed": np.zeros(n, np.int32),
-            "chars_removed_frac": np.zeros(n, np.float32),
+            "sentences": stats[:, 0].astype(np.int32),
+            "lorem_ipsum": stats[:, 1].astype(np.bool_),
+            "curly_bracket": stats[:, 2].astype(np.bool_),
+            "lines_removed": stats[:, 3].astype(np.int32),
+            "chars_removed_frac": removed.astype(np.float32),
         }
-        kept_texts = []
-        for i, text in enumerate(docs.texts):
-            kept, removed, sentences, lorem, curly = c4_lines(text)
-            kept_text = "\n".join(kept).strip()
-            kept_texts.append(kept_text)
-            out["sentences"][i] = sentences
-            out["lorem_ipsum"][i] = lorem
-            out["curly_bracket"][i] = curly
-            out["lines_removed"][i] = len(removed)
-            out["chars_removed_frac"][i] = 1 - len(kept_text) / len(text) if text else 0.0
-        return out, kept_texts
+        return out, texts
 
     def offending_span(self, text: str, url: str | None) -> Span | None:
         """The page-dropping phrase, else the first removed line."""
@@ -118,9 +314,6 @@ class C4(Rule):
             at = lower.find(needle)
             if at >= 0:
                 return Span(at, at + len(needle), label)
-        _, removed, _, _, _ = c4_lines(text)
-        if removed:
-            lines = text.splitlines(keepends=True)
-            start = sum(len(line) for line in lines[: removed[0]])
-            return Span(start, start + len(lines[removed[0]].rstrip("\r\n")), "removed line")
-        return None
+        _, _, stats = c4_pass(*DocumentBatch([text]).code_points)
+        start, end = stats[0, 4:6].tolist()
+        return Span(start, end, "removed line") if start >= 0 else None

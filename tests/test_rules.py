@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import unavailable
+from conftest import real_documents, unavailable
 from corpus.stages.select import Threshold, default_thresholds, select_documents
 
 from corpus.config.job import JobError, default_rule_order, load_job
@@ -341,6 +341,16 @@ def test_character_classes_are_pythons():
         assert bool(flags[code] & DIGIT) == ch.isdecimal()
 
 
+def test_c4_ascii_lower_case_is_pythons_for_every_code_point():
+    from corpus.rules.c4 import _ascii_lower
+
+    table = _ascii_lower()
+    for code in (c for c in range(0x110000) if not 0xD800 <= c < 0xE000):
+        lower = chr(code).lower()
+        expected = ord(lower) if len(lower) == 1 and lower.isascii() else 0
+        assert table[code] == expected, hex(code)
+
+
 def test_pii_counts_and_masks():
     text = "Write to jane.doe@example.org or call (555) 123-4567 / +1 555.987.6543; server 192.168.0.12, v1.2.3.4.5."
     values = signals("pii", [text, "Nothing personal here, version 1.2 of 2024."])
@@ -494,11 +504,79 @@ def test_line_and_paragraph_repeats_follow_the_expressions_datatrove_splits_with
 
 
 def test_c4_sentence_count_skips_initials_after_capitals():
-    from corpus.rules.c4 import sentence_count
+    lines = ["Mr. J. Smith went home. Then he slept!", 'He left the U.S.A.. "Really?" she said (twice).']
+    assert signals("c4", lines)["sentences"] == [3, 3]  # 'J.' is an initial, 'Mr.' is not
+    assert signals("c4", ['She said "no end mark here"'])["sentences"] == [1]  # a kept line is one at least
 
-    assert sentence_count("Mr. J. Smith went home. Then he slept!") == 3  # 'J.' is an initial, 'Mr.' is not
-    assert sentence_count('He left the U.S.A.. "Really?" she said (twice).') == 3
-    assert sentence_count("No end mark here") == 0
+
+def c4_with_string_methods(text: str) -> tuple[str, int, bool, bool, int]:
+    """C4's line pass written with Python's string calls, as datatrove's `C4QualityFilter` does it: (kept text,
+    sentences, lorem ipsum, curly bracket, lines removed)."""
+    import re
+
+    citation = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+    sentence_end = re.compile("[.!?…。！？]+[\"'”’)\\]]*(?=\\s|$)")
+    kept, removed, sentences = [], 0, 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if len(line) > 1000 and any(len(word) > 1000 for word in line.split()):
+            removed += 1
+            continue
+        line = citation.sub("", line)
+        if not line.endswith((".", "?", "!", '"', "'")) or line.endswith("...") or len(line.split(maxsplit=2)) < 3:
+            removed += 1
+            continue
+        lower = line.lower()
+        if "lorem ipsum" in lower:
+            return "\n".join(kept).strip(), sentences, True, False, removed
+        if "javascript" in lower:
+            removed += 1
+            continue
+        if "{" in line:
+            return "\n".join(kept).strip(), sentences, False, True, removed
+        if any(p in lower for p in ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
+                                    "use cookies")):  # fmt: skip
+            removed += 1
+            continue
+        ends = [m for m in sentence_end.finditer(line) if m.start() == 0 or not "A" <= line[m.start() - 1] <= "Z"
+                or len(m.group()) > 1 and m.group()[1] in ".!?…。！？"]  # fmt: skip
+        sentences += max(1, len(ends))
+        kept.append(line)
+    return "\n".join(kept).strip(), sentences, False, False, removed
+
+
+def _c4_agrees_with_string_methods(texts: list[str]) -> None:
+    rule = discover()["c4"]()
+    for start in range(0, len(texts), 500):
+        chunk = texts[start : start + 500]
+        values, kept = rule.modify(DocumentBatch(chunk))
+        for i, text in enumerate(chunk):
+            expected = c4_with_string_methods(text)
+            got = (
+                kept[i],
+                *(values[name][i] for name in ("sentences", "lorem_ipsum", "curly_bracket", "lines_removed")),
+            )
+            assert got == expected, repr(text)
+            assert values["chars_removed_frac"][i] == np.float32(1 - len(kept[i]) / len(text) if text else 0.0)
+
+
+def test_c4_pass_equals_pythons_string_methods_on_random_tricky_text():
+    """Every line break `str.splitlines` knows, `str.strip`/`str.split` whitespace, `str.lower` (the Kelvin sign is
+    a 'k'; İ is no 'i'), citation marks as `re.sub` cuts them, sentence ends as `re.finditer` finds them."""
+    import random
+
+    rng = random.Random(3)
+    pieces = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", " ", "\t", "\u00a0", "[1]", "[", "]",
+              "[edit]", "[citation needed]", "[Edit]", "[١٢]", "{", "Lorem ipsum", "lorem  ipsum", "JAVASCRİPT",
+              "javaScript", "coo\u212aie", "uses cookies", "Terms of Use", "use cookies", ".", "...", "?", "!", '"',
+              "'", "…", "。", "”", ")", "A.", "J.", "U.S.A..", "Mr.", "word", "the", "x" * 1001, "y" * 999]  # fmt: skip
+    texts = ["", " ", "\n", "[1] a b c.", "a b c. [1]"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(5_000)]
+    _c4_agrees_with_string_methods(texts)
+
+
+def test_c4_pass_equals_pythons_string_methods_on_real_documents():
+    _c4_agrees_with_string_methods(real_documents().column("text").to_pylist())
 
 
 def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_in():
