@@ -229,11 +229,35 @@ def test_numba_compiles_into_the_users_cache_folder_and_says_so_once(tmp_path):
         for _ in range(2)
     )
     assert first.stdout == second.stdout == "['call <PHONE> now']\n"
-    cache = tmp_path / "corpus" / "numba"
+    (cache,) = (tmp_path / "corpus" / "numba").iterdir()  # the kernel set of these sources
     assert first.stderr == f"corpus: compiling Numba kernels on first use (about 20 s, once; cached in {cache})\n"
     assert second.stderr == ""
     assert any(cache.rglob("*.nbi"))
     assert {path for folder in sources for path in folder.rglob("*.nbi")} == before  # nothing new in the sources
+
+
+def test_kernels_are_cached_per_state_of_the_sources_and_the_latest_three_sets_kept(tmp_path):
+    """A kernel inlines helpers from other files, which Numba's own cache key (the kernel's file) does not see: an
+    edited or upgraded file anywhere in the package means another kernel set."""
+    import os
+
+    from corpus import remove_old_kernel_sets, sources_fingerprint
+
+    sources = tmp_path / "sources"
+    (sources / "text").mkdir(parents=True)
+    (sources / "text" / "hashing.py").write_text("PRIME = 3\n")
+    (sources / "kernel.py").write_text("from text.hashing import PRIME\n")
+    before = sources_fingerprint([sources])
+    assert sources_fingerprint([sources]) == before
+    os.utime(sources / "text" / "hashing.py", ns=(0, 10**18))  # the helper edited, the kernel's file not
+    assert sources_fingerprint([sources]) != before
+
+    kernels = tmp_path / "numba"
+    for age, name in enumerate(["newest", "newer", "older", "oldest", "current"]):
+        (kernels / name).mkdir(parents=True)
+        os.utime(kernels / name, (10**9 - age, 10**9 - age))
+    remove_old_kernel_sets(kernels, kernels / "current")  # in use now: the latest
+    assert sorted(p.name for p in kernels.iterdir()) == ["current", "newer", "newest"]
 
 
 def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_is_redone(tmp_path, capsys):
