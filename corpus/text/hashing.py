@@ -13,14 +13,28 @@ SECOND_OFFSET, SECOND_PRIME = np.uint64(0x9AE16A3B2F90404F), np.uint64(0xFF51AFD
 
 @njit(cache=True, inline="always")
 def span_key(cp, start, end):
-    """The two 64-bit hashes of the code points cp[start:end]: a key for `find_or_add`."""
-    h1 = FNV_OFFSET
-    h2 = SECOND_OFFSET
-    for k in range(start, end):
-        h1 = (h1 ^ np.uint64(cp[k])) * FNV_PRIME
-        h2 = (h2 ^ np.uint64(cp[k])) * SECOND_PRIME
-        h2 ^= h2 >> np.uint64(29)
-    return h1, h2
+    """The two 64-bit hashes of the code points cp[start:end]: a key for `find_or_add`. Each runs as two chains,
+    over the even and the odd positions (the length seeds the second), folded at the end: a chain's multiplies
+    wait on each other, two chains' do not, so a span costs about half as long."""
+    even1 = FNV_OFFSET
+    odd1 = FNV_OFFSET ^ np.uint64(end - start)
+    even2 = SECOND_OFFSET
+    odd2 = SECOND_OFFSET ^ np.uint64(end - start)
+    k = start
+    while k + 1 < end:
+        even1 = (even1 ^ np.uint64(cp[k])) * FNV_PRIME
+        odd1 = (odd1 ^ np.uint64(cp[k + 1])) * FNV_PRIME
+        even2 = (even2 ^ np.uint64(cp[k])) * SECOND_PRIME
+        odd2 = (odd2 ^ np.uint64(cp[k + 1])) * SECOND_PRIME
+        even2 ^= even2 >> np.uint64(29)
+        odd2 ^= odd2 >> np.uint64(29)
+        k += 2
+    if k < end:
+        even1 = (even1 ^ np.uint64(cp[k])) * FNV_PRIME
+        even2 = (even2 ^ np.uint64(cp[k])) * SECOND_PRIME
+        even2 ^= even2 >> np.uint64(29)
+    h2 = (even2 ^ odd2 * FNV_PRIME) * SECOND_PRIME
+    return (even1 ^ odd1 * SECOND_PRIME) * FNV_PRIME, h2 ^ (h2 >> np.uint64(29))
 
 
 @njit(cache=True, inline="always")
