@@ -24,15 +24,15 @@ def _package_folders() -> list[Path]:
 
 
 def sources_fingerprint(folders: list[Path]) -> str:
-    """A digest of the Python files under `folders` (path, size, modification time). Numba keys a cached kernel by
-    its own file only, and kernels inline helpers from other files (the hashing, the word splitter, Gopher's
-    repeated spans in FineWeb's pass): after an upgrade or an edited helper, a kernel whose own file did not change
-    would load its old compiled code. Kernels are cached per fingerprint of the package instead."""
+    """A digest of the Python files with Numba kernels under `folders` (path, modification time). Numba keys a
+    cached kernel by its own file only, and kernels inline helpers from other files (the hashing, the word splitter,
+    Gopher's repeated spans in FineWeb's pass): after an upgrade or an edited helper, a kernel whose own file did not
+    change would load its old compiled code. Kernels are cached per fingerprint of the package instead."""
     digest = hashlib.sha1()
     for folder in folders:
         for path in sorted(folder.rglob("*.py")):
-            stat = path.stat()
-            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+            if b"njit" in path.read_bytes():  # files without kernels change no compiled code
+                digest.update(f"{path}\0{path.stat().st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 

@@ -245,9 +245,11 @@ def test_kernels_are_cached_per_state_of_the_sources_and_the_latest_three_sets_k
 
     sources = tmp_path / "sources"
     (sources / "text").mkdir(parents=True)
-    (sources / "text" / "hashing.py").write_text("PRIME = 3\n")
-    (sources / "kernel.py").write_text("from text.hashing import PRIME\n")
+    (sources / "text" / "hashing.py").write_text("@njit(inline='always')\ndef mix(h):\n    return h * 3\n")
+    (sources / "kernel.py").write_text("@njit\ndef hashes(values):\n    return [mix(v) for v in values]\n")
+    (sources / "cli.py").write_text("print('no kernel here')\n")
     before = sources_fingerprint([sources])
+    os.utime(sources / "cli.py", ns=(0, 10**18))  # no compiled code changes
     assert sources_fingerprint([sources]) == before
     os.utime(sources / "text" / "hashing.py", ns=(0, 10**18))  # the helper edited, the kernel's file not
     assert sources_fingerprint([sources]) != before
