@@ -12,7 +12,6 @@ each task would ship).
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
@@ -25,11 +24,11 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
 
 from corpus.config.job import Job
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import RunFolder
+from corpus.memory import keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -82,25 +81,11 @@ def task_folder(options: Job, task: Task) -> RunFolder:
     return documents_folder(options) if KINDS[task.kind].in_documents_folder else RunFolder(options.output)
 
 
-@cache
-def keep_freed_memory() -> None:
-    """Asks glibc's malloc to keep freed blocks for the next batch rather than hand them back to the kernel.
-
-    By default a block past the mmap threshold (which glibc raises, as blocks are freed, to at most 32 MB) is mapped
-    fresh and unmapped when freed, and the top of the heap is trimmed past 128 kB: a batch's arrays of tens of MB
-    were mapped anew each batch, and the kernel zeroed every page of them again (numpy asks for 2 MB huge pages
-    for large arrays, zeroed whole). On the 4,395-page benchmark shard the pipeline's process spends ~0.05 ms a page
-    less CPU (perf samples, three interleaved pairs of runs). What is kept is what the largest batch used.
-    Elsewhere than glibc (macOS), nothing to do."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)  # glibc's largest: arrays up to 32 MB come from the heap
-    mallopt(_M_TRIM_THRESHOLD, 1024 * 1024 * 1024)  # freed memory stays until 1 GB of it sits at the heap's top
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+# A batch's arrays are tens of MB, allocated and freed every batch: mapped anew each time, the kernel zeroed every
+# page of them again (numpy asks for 2 MB huge pages for large arrays, zeroed whole). Kept, the pipeline's process
+# spends ~0.05 ms a page less CPU on the 4,395-page benchmark shard (perf samples, three interleaved pairs of runs);
+# a threshold of 1 GB (the payloads' buffer from the heap too) measured more page clearing, not less.
+_BATCH_MMAP_THRESHOLD = 32 * 1024 * 1024
 
 
 def execute(options: Job, task: Task, context: Context | None = None) -> dict:
@@ -109,7 +94,7 @@ def execute(options: Job, task: Task, context: Context | None = None) -> dict:
     done = folder.done(task.marker, task.key)
     if done is not None:
         return done
-    keep_freed_memory()
+    keep_freed_memory(_BATCH_MMAP_THRESHOLD)
     gc.freeze()  # what exists before the task (modules; Ray's runtime in a worker) stays out of the collector's passes
     try:
         report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
