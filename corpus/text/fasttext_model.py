@@ -22,6 +22,7 @@ from corpus.text.fasttext_predict import (
     OVA,
     SOFTMAX,
     ModelArrays,
+    bucket_rows_of,
     fnv32,
     sigmoid_table,
     subword_rows,
@@ -147,7 +148,8 @@ def _parse(data: bytes, name: str) -> FastTextModel:
     word_hashes = _hashes32(word_bytes, word_offsets)
     vocab_table = _vocab_table(word_hashes)
     eos = encoded.index(_EOS) if _EOS in encoded else -1
-    word_rows, word_row_offsets = _word_rows(word_bytes, word_offsets, eos, minn, maxn, bucket, bucket_rows)
+    buckets = bucket_rows_of(bucket_rows)
+    word_rows, word_row_offsets = _word_rows(word_bytes, word_offsets, eos, minn, maxn, bucket, buckets)
     labels = tuple(w.decode("utf-8", "replace").removeprefix("__label__") for w in words[nwords:])
     label_counts = np.array(counts[nwords:], np.int64)
     if len(labels) != nlabels or any(t != 1 for t in types[nwords:]):
@@ -169,7 +171,7 @@ def _parse(data: bytes, name: str) -> FastTextModel:
         word_offsets,
         word_rows,
         word_row_offsets,
-        bucket_rows,
+        buckets,
         input_rows,
         output_rows,
         left,
@@ -263,7 +265,7 @@ def _huffman_tree(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True)
-def _word_rows(word_bytes, word_offsets, eos, minn, maxn, bucket, bucket_rows):
+def _word_rows(word_bytes, word_offsets, eos, minn, maxn, bucket, buckets):
     """Each vocabulary word's input rows, as fastText's `initNgrams`: its own, then its sub-words' (none for the
     end-of-sentence word)."""
     nwords = len(word_offsets) - 1
@@ -280,6 +282,6 @@ def _word_rows(word_bytes, word_offsets, eos, minn, maxn, bucket, bucket_rows):
             token[0] = 60
             token[1 : length + 1] = word_bytes[word_offsets[w] : word_offsets[w + 1]]
             token[length + 1] = 62
-            count = subword_rows(token, length + 2, minn, maxn, bucket, bucket_rows, rows, count)
+            count = subword_rows(token, length + 2, minn, maxn, bucket, buckets, rows, count)
         offsets[w + 1] = count
     return rows[:count].copy(), offsets
