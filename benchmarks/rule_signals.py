@@ -131,13 +131,15 @@ def main() -> None:
         small = DocumentBatch.from_table(table.slice(0, 50))
         rule.corpus_signals(small, rule.summarize([rule.accumulate(small)]))
 
-    def every_signal_seconds(chosen: list) -> float:
-        """Pass 1 (document rules, corpus summaries) and pass 2 (corpus rules' signals) over all documents."""
+    def every_signal(chosen: list) -> tuple[float, dict]:
+        """Seconds for pass 1 (document rules, corpus summaries) and pass 2 (corpus rules' signals) over all
+        documents, and the corpus rules' summaries."""
         started = time.perf_counter()
         corpus = [rule for rule in chosen if isinstance(rule, CorpusRule)]
+        per_document = [rule for rule in chosen if rule not in corpus]
         parts: dict[str, list] = {rule.name: [] for rule in corpus}
         for offset in range(0, table.num_rows, BATCH):
-            annotate_documents(table.slice(offset, BATCH), [rule for rule in chosen if rule not in corpus])
+            annotate_documents(table.slice(offset, BATCH), per_document)
             docs = DocumentBatch.from_table(table.slice(offset, BATCH))
             for rule in corpus:
                 parts[rule.name].append(rule.accumulate(docs))
@@ -146,14 +148,14 @@ def main() -> None:
             docs = DocumentBatch.from_table(table.slice(offset, BATCH))
             for rule in corpus:
                 rule.corpus_signals(docs, summaries[rule.name])
-        return time.perf_counter() - started
+        return time.perf_counter() - started, summaries
 
     signals = sum(len(rule.signals) for rule in rules)
-    ours_rate = table.num_rows / every_signal_seconds(rules)
+    seconds, combined = every_signal(rules)
+    ours_rate = table.num_rows / seconds
     default_rules = [rule for rule in rules if not rule.opt_in]  # olmo2: GPT-NeoX tokenization, opt-in
     default_signals = sum(len(rule.signals) for rule in default_rules)
-    default_rate = table.num_rows / every_signal_seconds(default_rules)
-    combined = {rule.name: rule.summarize([rule.accumulate(DocumentBatch.from_table(table))]) for rule in corpus_rules}
+    default_rate = table.num_rows / every_signal(default_rules)[0]
 
     per_rule = {}
     for rule in rules:

@@ -23,7 +23,7 @@ from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import DocumentBatch
-from corpus.text.words import DIGIT, SPACE, character_classes
+from corpus.text.words import DIGIT, SPACE, character_classes, run_end
 
 CITATIONS = ("[edit]", "[citation needed]")  # and `\[\d*]`: a bracketed number or nothing
 END_PUNCTUATION = (".", "?", "!", '"', "'")
@@ -118,9 +118,7 @@ def _phrases_found(line, n, lower, phrases, starting_with):
 @njit(cache=True)
 def _citation_end(cp, p, end, flags, citation_words):
     """End of `\\[\\d*]|\\[edit]|\\[citation needed]` at p (cp[p] is '['), or -1."""
-    q = p + 1
-    while q < end and flags[cp[q]] & DIGIT:
-        q += 1
+    q = run_end(cp, flags, p + 1, end, DIGIT)
     if q < end and cp[q] == 93:
         return q + 1
     for k in range(citation_words.shape[0]):
@@ -145,12 +143,9 @@ def _sentences(line, n, flags, c4_flags):
         if not c4_flags[line[p]] & _MARK:
             p += 1
             continue
-        q = p
-        while q < n and c4_flags[line[q]] & _MARK:
-            q += 1
+        q = run_end(line, c4_flags, p, n, _MARK)
         marks = q - p
-        while q < n and c4_flags[line[q]] & _CLOSER:
-            q += 1
+        q = run_end(line, c4_flags, q, n, _CLOSER)
         # Marks and closers are whitespace-free, so the match is the whole run or nothing.
         initial = marks == 1 and p > 0 and 65 <= line[p - 1] <= 90
         if (q == n or flags[line[q]] & SPACE) and not initial:
@@ -248,11 +243,9 @@ def _c4_pass(cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, c
                 kept[out : out + n] = line[:n]
                 out += n
             start = next_start
-        lead = text_start  # "\n".join(kept).strip(): only a citation cut can leave a kept line's edge blank
-        while lead < out and flags[kept[lead]] & SPACE:
-            lead += 1
-        while out > lead and flags[kept[out - 1]] & SPACE:
-            out -= 1
+        # "\n".join(kept).strip(): a kept line ends in C4's punctuation, and only a citation cut can leave the
+        # first one starting blank
+        lead = run_end(kept, flags, text_start, out, SPACE)
         if lead > text_start:
             kept[text_start : out - (lead - text_start)] = kept[lead:out].copy()
             out -= lead - text_start

@@ -29,10 +29,9 @@ def bucket_rows_of(rows: np.ndarray) -> BucketRows:
     kept = rows >= 0
     padded = np.zeros(-(-len(rows) // 64) * 64, np.bool_)
     padded[: len(rows)] = kept
-    bits = np.packbits(padded.reshape(-1, 8), axis=1, bitorder="little").reshape(-1, 8).view("<u8").ravel()
-    per_word = padded.reshape(-1, 64).sum(axis=1)
-    ranks = np.concatenate(([0], np.cumsum(per_word)[:-1])).astype(np.int64)
-    return BucketRows(bits.astype(np.uint64), ranks, rows[kept].astype(np.int32))
+    bits = np.packbits(padded, bitorder="little").view("<u8").astype(np.uint64)
+    per_word = padded.reshape(-1, 64).sum(axis=1, dtype=np.int64)
+    return BucketRows(bits, np.cumsum(per_word) - per_word, rows[kept].astype(np.int32))
 
 
 @njit(cache=True, inline="always")

@@ -140,7 +140,8 @@ def _suffix_end(cp, flags, q, chunk_end):
 
 
 @njit(cache=True)
-def _run_end(cp, flags, q, chunk_end, flag):
+def run_end(cp, flags, q, chunk_end, flag):
+    """The first position from q on whose code point lacks `flag` (or chunk_end)."""
     while q < chunk_end and flags[cp[q]] & flag:
         q += 1
     return q
@@ -200,21 +201,21 @@ def _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, ch
     # [+-]?\d+(?:[.,:/-]\d+)+ | \+\d+
     q = p + 1 if (c == 43 or c == 45) else p
     if q < chunk_end and flags[cp[q]] & DIGIT:
-        q = _run_end(cp, flags, q, chunk_end, DIGIT)
+        q = run_end(cp, flags, q, chunk_end, DIGIT)
         groups = 0
         while q + 1 < chunk_end:
             s = cp[q]
             if (s == 46 or s == 44 or s == 58 or s == 47 or s == 45) and flags[cp[q + 1]] & DIGIT:
-                q = _run_end(cp, flags, q + 1, chunk_end, DIGIT)
+                q = run_end(cp, flags, q + 1, chunk_end, DIGIT)
                 groups += 1
             else:
                 break
         if groups > 0:
             return q
     if c == 43 and p + 1 < chunk_end and flags[cp[p + 1]] & DIGIT:
-        return _run_end(cp, flags, p + 1, chunk_end, DIGIT)
+        return run_end(cp, flags, p + 1, chunk_end, DIGIT)
     if flag & ALNUM:
-        e = _run_end(cp, flags, p, chunk_end, ALNUM)
+        e = run_end(cp, flags, p, chunk_end, ALNUM)
         # [^\W_]+?(?=n['’]t\b)
         if (
             e - 1 > p
@@ -244,11 +245,11 @@ def _match_end(cp, flags, abbreviations, p, chunk_start, chunk_end, text_end, ch
             return q
     # \w+(?:[.'’=]\w+)*
     if flag & WORD_CHAR:
-        q = _run_end(cp, flags, p, chunk_end, WORD_CHAR)
+        q = run_end(cp, flags, p, chunk_end, WORD_CHAR)
         while q + 1 < chunk_end:
             s = cp[q]
             if (s == 46 or _is_apostrophe(s) or s == 61) and flags[cp[q + 1]] & WORD_CHAR:
-                q = _run_end(cp, flags, q + 1, chunk_end, WORD_CHAR)
+                q = run_end(cp, flags, q + 1, chunk_end, WORD_CHAR)
             else:
                 break
         return q
