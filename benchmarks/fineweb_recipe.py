@@ -18,8 +18,11 @@ Recipe: read -> URL filter (UT1 blocklist, banned words and sub-words) -> extrac
              filters, MinhashDedupSignature, DocumentTokenizer; LocalPipelineExecutor, one task. Its filters stop
              at a document's first failure.
   corpus     a job doing the same: the URL rule before extraction (`[prefilter]`), the language pre-pass, every
-             signal of every rule for every document, MinHash dedup (signatures, clusters and decisions), token
-             shards; `corpus run --no-ray`, and `corpus run` on its own one-CPU Ray cluster.
+             signal of every rule for every document, MinHash signatures stored with the documents, token shards
+             of every document the rules keep; `corpus run --no-ray`, and `corpus run` on its own one-CPU Ray
+             cluster. Like datatrove's recipe, it does not cluster the signatures (`benchmarks/dedup.py` measures
+             that step): on these replicated inputs, dropping near-duplicates would leave one copy in 15 to
+             tokenize, and tokenizing would vanish from the per-page cost.
 
 Each side runs as its own process pinned to one core, once in each of `--repeats` rounds (the least wall counts:
 this VM's speed drifts by 10-20 % between minutes, and every side meets the drift of every round). Two figures per side:
@@ -185,7 +188,7 @@ soft_banned_words = "{lists / "soft_banned_words.txt"}"
 [rules.language]
 languages = ["en"]
 [dedup]
-steps = ["minhash"]
+keys = ["minhash"]
 [dedup.minhash]
 ngram = 5
 bands = 14
