@@ -16,6 +16,7 @@ options give byte-identical shards.
 from __future__ import annotations
 
 import time
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -77,17 +78,17 @@ class TextTokenizer:
         if separator_id is None:
             raise TokenizerError(f"{path} has no token {separator!r} to put after documents; set [tokenize] separator")
         self.separator_id = separator_id
-        # tiktoken's BPE for a byte-level BPE file it reproduces exactly (checked at the first encode, on the file's
-        # whole vocabulary: ~1 s, which the driver, loading the file to validate a job, never pays)
-        self._byte_level_bpe = None
-        self._checked = self.kind == "tiktoken"
+
+    @cached_property
+    def _byte_level_bpe(self):
+        """tiktoken's BPE for a byte-level BPE file it reproduces exactly, else None; checked at the first encode, on
+        the file's whole vocabulary (~1 s, which the driver, loading the file to validate a job, never pays)."""
+        return twin_of(self._tokenizer) if self.kind == "tokenizers" else None
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Each text's tokens; special tokens written in a text are encoded as plain text."""
         if self.kind == "tiktoken":
             return self._encoding.encode_ordinary_batch(texts)
-        if not self._checked:
-            self._byte_level_bpe, self._checked = twin_of(self.path, self._tokenizer), True
         if self._byte_level_bpe is not None:
             return [self._byte_level_bpe.encode(text) for text in texts]
         return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]

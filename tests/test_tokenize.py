@@ -123,7 +123,7 @@ def test_a_file_tiktoken_cannot_reproduce_keeps_the_tokenizers_library(tokenizer
     tokenizer = TextTokenizer(str(swapped), END_OF_TEXT)
     sample = texts[1:40]
     assert tokenizer.encode(sample) == _library_tokens(str(swapped), sample)
-    assert tokenizer._byte_level_bpe is None and twin_of(path, TextTokenizer(path, END_OF_TEXT)._tokenizer)
+    assert tokenizer._byte_level_bpe is None and twin_of(TextTokenizer(path, END_OF_TEXT)._tokenizer)
 
 
 def test_a_separator_written_in_a_document_is_text_not_the_separator(tokenizer_file, tmp_path):

@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from pathlib import Path
 
 # GPT-2's pre-tokenizer pattern, as `tokenizers`' ByteLevel and tiktoken's r50k_base write it.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-_UTF8_BYTES = [b for b in range(256) if b not in (0xC0, 0xC1) and b < 0xF5]  # the bytes UTF-8 text can hold
+_UTF8_BYTES = frozenset(range(0xF5)) - {0xC0, 0xC1}  # the bytes UTF-8 text can hold
 
 
 def byte_of_character() -> dict[str, int]:
@@ -76,10 +75,10 @@ def _trie_pattern(words) -> str:
     return pattern(trie)
 
 
-def twin_of(path: str, tokenizer) -> ByteLevelBPE | None:
-    """tiktoken's twin of the `tokenizers` file at `path` (`tokenizer`: that file loaded, special tokens encoded as
-    text), or None when the file is not one it reproduces exactly."""
-    spec = json.loads(Path(path).read_text(encoding="utf-8"))
+def twin_of(tokenizer) -> ByteLevelBPE | None:
+    """tiktoken's twin of a loaded `tokenizers.Tokenizer` (special tokens encoded as text), or None when it is not
+    one the twin reproduces exactly."""
+    spec = json.loads(tokenizer.to_str())
     twin = _build(spec)
     if twin is None:
         return None
@@ -105,9 +104,8 @@ def _build(spec: dict) -> ByteLevelBPE | None:
             continue  # written in a document, it is text
         content = token["content"]
         plain = not (token.get("single_word") or token.get("lstrip") or token.get("rstrip"))
-        if not (
-            content and plain and token.get("normalized", True) and unicodedata.normalize("NFC", content) == content
-        ):
+        matched_as_written = token.get("normalized", True) and unicodedata.normalize("NFC", content) == content
+        if not (content and plain and matched_as_written):
             return None
         added[content] = token["id"]
     vocab: dict[str, int] = model["vocab"]
