@@ -145,6 +145,7 @@ def test_rough_text_stops_after_max_chars_whole_characters():
     assert rough_text("<p>aé€😀b</p>".encode(), 3) == "aé€".encode()
     assert rough_text("<p>aé€😀b</p>".encode(), 4) == "aé€😀".encode()
     assert rough_text(b"<p>unclosed <script> never ends", 100) == b"unclosed"
+    assert rough_text(b"<p>if a < b <svg/>then</p>", 100) == b"if a < b then"  # text '<'; an empty <svg/>
 
 
 @pytest.mark.parametrize(("languages", "kept"), [(["ja"], 29), (["en"], 0)])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_LT, _GT, _AMP, _SEMI, _BANG, _DASH, _SLASH, _SPACE = (ord(c) for c in "<>&;!-/ ")
+_LT, _GT, _AMP, _SEMI, _BANG, _QUESTION, _DASH, _SLASH, _SPACE = (ord(c) for c in "<>&;!?-/ ")
 # elements whose contents are not the page's prose (lowercase, padded with zeros): a table Numba compiles in
 _SKIPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "select", "textarea")
 _SKIPPED = np.zeros((len(_SKIPPED_NAMES), 8), np.uint8)
@@ -35,6 +35,13 @@ def _lower(c):
 def _is_name_byte(c):
     c = _lower(c)
     return 97 <= c <= 122 or 48 <= c <= 57 or c == 45
+
+
+@njit(cache=True, inline="always")
+def _opens_markup(c):
+    """Whether '<' followed by c starts a tag, an end tag, a comment or a declaration (else it is text: `a < b`)."""
+    c = _lower(c)
+    return 97 <= c <= 122 or c in (_SLASH, _BANG, _QUESTION)
 
 
 @njit(cache=True)
@@ -118,14 +125,12 @@ def rough_text_into(data, out, max_chars):
     i = 0
     while i < n:
         c = data[i]
-        if c == _LT:
+        if c == _LT and i + 1 < n and _opens_markup(data[i + 1]):
             space = True
-            if i + 1 < n and data[i + 1] != _SLASH and data[i + 1] != _BANG:
-                row = _skipped_element(data, i + 1)
-                if row >= 0:
-                    i = _closing_tag_end(data, _tag_end(data, i), row)
-                    continue
-            i = _tag_end(data, i)
+            end = _tag_end(data, i)
+            row = _skipped_element(data, i + 1) if 97 <= _lower(data[i + 1]) <= 122 else -1
+            # a skipped element's contents too, unless its tag closes itself (<svg ... />)
+            i = _closing_tag_end(data, end, row) if row >= 0 and data[end - 2] != _SLASH else end
         elif c == _AMP:
             space = True
             i = _reference_end(data, i)
