@@ -176,6 +176,19 @@ def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extractio
         with pytest.raises(JobError, match=r"variant 'loose' changes the selection of url, which test.toml applies"):
             load_ablation(ablation)
 
+    # The language pre-pass drops pages in other languages unextracted: the language rule is not a choice either.
+    write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "docs", '[extract]\nprepass_languages = ["en"]\n' + SAMPLE_RULES)
+    ablation.write_text(common + '[variants]\nauto = "leave_one_out"\n')
+    assert sorted(load_ablation(ablation).variants) == ["all", "without_url"]  # no without_language
+    ablation.write_text(common + "[variants.loose]\nselect = { language = { score = { min = 0.3 } } }\n")
+    message = (
+        "variant 'loose' changes the selection of language, which test.toml applies before extraction ([extract] "
+        "prepass_languages): the pages it drops were never extracted, so no variant can have them back; to ablate "
+        "it, empty [extract] prepass_languages in test.toml and run the documents job again"
+    )
+    with pytest.raises(JobError, match=re.escape(message)):
+        load_ablation(ablation)
+
 
 def test_what_runs_before_extraction_is_part_of_the_shard_fingerprint(tmp_path):
     from corpus.engine.keys import fingerprint

@@ -164,13 +164,22 @@ def _touches(select: dict, rule: str) -> bool:
     return rule in select or ("rules" in select and rule not in select["rules"])
 
 
+def applied_before_extraction(documents: Job) -> dict[str, str]:
+    """The rules whose drops the documents job made before extracting (the pages were never extracted, so no variant
+    can have them back), each with the setting that made them."""
+    applied = dict.fromkeys(documents.prefilter.rules, "[prefilter] rules")
+    if documents.extract.prepass_languages and any(t.rule == "language" for t in documents.thresholds):
+        applied["language"] = "[extract] prepass_languages"
+    return applied
+
+
 def selection_units(documents: Job) -> list[tuple[str, str]]:
     """What a selection over `documents` can switch on or off, as (kind, name): each rule with thresholds, each
     stored dedup key, each computed modifier, in the job's order."""
     from corpus.rulebook import discover
 
     registry = discover()
-    before_extraction = set(documents.prefilter.rules)  # what they drop was never extracted: not a choice here
+    before_extraction = applied_before_extraction(documents)  # not a choice here
     rules = list(dict.fromkeys(t.rule for t in documents.thresholds if t.rule not in before_extraction))
     modifiers = [name for name, _ in documents.rule_settings if registry[name].rewrites_text()]
     return (
@@ -192,7 +201,7 @@ def generated_variants(kind: str, documents: Job) -> tuple[dict[str, VariantOpti
     def variant(chosen: list[tuple[str, str]], description: str) -> VariantOptions:
         return VariantOptions(
             description=description,
-            select={"rules": [*documents.prefilter.rules, *(name for k, name in chosen if k == "rule")]},
+            select={"rules": [*applied_before_extraction(documents), *(name for k, name in chosen if k == "rule")]},
             dedup={"steps": [name for k, name in chosen if k == "dedup"]},
             modifiers=[name for k, name in chosen if k == "modifier"],
         )
@@ -279,6 +288,7 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     if baseline not in variant_options:
         raise JobError(f"{path}: key 'baseline': no variant '{baseline}' (variants: {', '.join(variant_options)})")
     modifiers = [unit[1] for unit in selection_units(documents) if unit[0] == "modifier"]
+    before_extraction = applied_before_extraction(documents)
     stored_keys = documents.dedup.stored_keys()
     variants = {}
     for name, variant in variant_options.items():
@@ -288,12 +298,13 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
                 f"{path}: key 'variants.{name}.modifiers': {unknown} are not modifiers the documents job computes "
                 f"(it computes: {', '.join(modifiers) or 'none'})"
             )
-        prefiltered = [rule for rule in documents.prefilter.rules if _touches(variant.select, rule)]
-        if prefiltered:
+        touched = {rule: by for rule, by in before_extraction.items() if _touches(variant.select, rule)}
+        if touched:
+            settings = " and ".join(dict.fromkeys(touched.values()))
             raise JobError(
-                f"{path}: variant '{name}' changes the selection of {', '.join(prefiltered)}, which "
-                f"{documents_path.name} applies before extraction ([prefilter] rules): the pages it drops were never "
-                f"extracted, so no variant can have them back; to ablate it, empty [prefilter] rules in "
+                f"{path}: variant '{name}' changes the selection of {', '.join(touched)}, which "
+                f"{documents_path.name} applies before extraction ({settings}): the pages it drops were never "
+                f"extracted, so no variant can have them back; to ablate it, empty {settings} in "
                 f"{documents_path.name} and run the documents job again"
             )
         data = copy.deepcopy(base_data)
