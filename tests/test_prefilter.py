@@ -200,3 +200,21 @@ def test_what_runs_before_extraction_is_part_of_the_shard_fingerprint(tmp_path):
     stricter = job_with('[prefilter]\nrules = ["url"]\n[select.url]\nsoft_banned_words.max = 0\n')
     assert len({fingerprint(plain), fingerprint(early), fingerprint(stricter)}) == 3  # each re-extracts
     assert fingerprint(job_with("[select.language]\nscore.min = 0.9\n")) == fingerprint(plain)  # only re-selects
+
+
+def test_a_new_pre_pass_makes_the_shards_of_the_old_one_stale(tmp_path, monkeypatch):
+    from corpus.stages import extract
+
+    from corpus.engine.keys import fingerprint
+
+    def fingerprints(extra: str) -> tuple[str, str]:
+        job = load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", extra + SAMPLE_RULES))
+        before = fingerprint(job)
+        monkeypatch.setattr(extract, "PREPASS_VERSION", extract.PREPASS_VERSION + 1)
+        after = fingerprint(job)
+        monkeypatch.undo()
+        return before, after
+
+    current, next_version = fingerprints('[extract]\nprepass_languages = ["en"]\n')
+    assert current != next_version
+    assert len(set(fingerprints(""))) == 1  # a job without a pre-pass keeps its fingerprint

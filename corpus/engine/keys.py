@@ -8,6 +8,7 @@ import json
 
 from corpus.config.job import Job
 from corpus.rulebook import PATH_OPTION, content_sha256, discover
+from corpus.stages import extract
 from corpus.stages.dedup import key_fields
 
 
@@ -23,6 +24,8 @@ def fingerprint(job: Job) -> str:
     options = {"read": job.read.model_dump(), "extract": job.extract.model_dump()}
     if job.dataset != type(job.dataset)():  # crawl-only jobs keep the fingerprints they had
         options["dataset"] = job.dataset.model_dump()
+    if job.extract.prepass_languages:  # what the pre-pass reads decides what it drops
+        options["prepass"] = {"version": extract.PREPASS_VERSION, "chars": extract.PREPASS_CHARS}
     if job.prefilter.rules:
         names = set(job.prefilter.rules)
         options["prefilter"] = {
