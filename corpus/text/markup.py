@@ -44,27 +44,6 @@ def _opens_markup(c):
     return 97 <= c <= 122 or c in (_SLASH, _BANG, _QUESTION)
 
 
-@njit(cache=True)
-def _skipped_element(data, k):
-    """The row of `_SKIPPED` naming the element whose start tag's name begins at data[k], or -1."""
-    n = len(data)
-    length = 0
-    while k + length < n and length <= 8 and _is_name_byte(data[k + length]):
-        length += 1
-    if length < 3 or length > 8:
-        return -1
-    for row in range(len(_SKIPPED_LENGTHS)):
-        if _SKIPPED_LENGTHS[row] == length and _SKIPPED[row, 0] == _lower(data[k]):
-            same = True
-            for j in range(1, length):
-                if _SKIPPED[row, j] != _lower(data[k + j]):
-                    same = False
-                    break
-            if same:
-                return row
-    return -1
-
-
 @njit(cache=True, inline="always")
 def _name_at(data, i, row):
     """Whether the element name of `_SKIPPED[row]` is at data[i:] and ends there."""
@@ -75,6 +54,15 @@ def _name_at(data, i, row):
         if _lower(data[i + k]) != _SKIPPED[row, k]:
             return False
     return i + length == len(data) or not _is_name_byte(data[i + length])
+
+
+@njit(cache=True)
+def _skipped_element(data, k):
+    """The row of `_SKIPPED` naming the element whose start tag's name begins at data[k], or -1."""
+    for row in range(len(_SKIPPED_LENGTHS)):
+        if _name_at(data, k, row):
+            return row
+    return -1
 
 
 @njit(cache=True)
