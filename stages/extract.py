@@ -38,7 +38,7 @@ from corpus.text.markup import rough_text
 EMPTY_DROP = "empty_text"
 PREPASS_DROP = "language_prepass"
 # characters of a page's rough text the pre-pass identifies: on the shared pages, 1,000 keep every page the full
-# path keeps that 2,000 do, and more (benchmarks/language_id.py)
+# path keeps (2,000 lose three) at two thirds of the cost (benchmarks/language_id.py)
 PREPASS_CHARS = 1_000
 PREPASS_VERSION = 2  # in the shard fingerprint of a job with a pre-pass; 1 read resiliparse's visible text
 
