@@ -197,11 +197,12 @@ def unit_label(unit: tuple[str, str]) -> str:
 def generated_variants(kind: str, documents: Job) -> tuple[dict[str, VariantOptions], dict[str, str], str]:
     """The variants of `[variants] auto = kind`, the unit each one isolates, and their baseline."""
     units = selection_units(documents)
+    before_extraction = list(applied_before_extraction(documents))  # in every variant's list: not a choice
 
     def variant(chosen: list[tuple[str, str]], description: str) -> VariantOptions:
         return VariantOptions(
             description=description,
-            select={"rules": [*applied_before_extraction(documents), *(name for k, name in chosen if k == "rule")]},
+            select={"rules": [*before_extraction, *(name for k, name in chosen if k == "rule")]},
             dedup={"steps": [name for k, name in chosen if k == "dedup"]},
             modifiers=[name for k, name in chosen if k == "modifier"],
         )

@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from functools import cache
 
 # GPT-2's pre-tokenizer pattern, as `tokenizers`' ByteLevel and tiktoken's r50k_base write it.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _UTF8_BYTES = frozenset(range(0xF5)) - {0xC0, 0xC1}  # the bytes UTF-8 text can hold
 
 
+@cache
 def byte_of_character() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the character `tokenizers` writes for each byte."""
+    """GPT-2's byte-level alphabet: the character `tokenizers` writes for each byte (one dict, not to be changed)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     unprintable = [b for b in range(256) if b not in printable]
     return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(unprintable)}

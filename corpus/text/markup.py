@@ -15,9 +15,7 @@ from numba import njit
 _LT, _GT, _AMP, _SEMI, _BANG, _QUESTION, _DASH, _SLASH, _SPACE = (ord(c) for c in "<>&;!?-/ ")
 # elements whose contents are not the page's prose (lowercase, padded with zeros): a table Numba compiles in
 _SKIPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "select", "textarea")
-_SKIPPED = np.zeros((len(_SKIPPED_NAMES), 8), np.uint8)
-for _row, _name in enumerate(_SKIPPED_NAMES):
-    _SKIPPED[_row, : len(_name)] = np.frombuffer(_name.encode(), np.uint8)
+_SKIPPED = np.array([list(name.encode().ljust(8, b"\0")) for name in _SKIPPED_NAMES], np.uint8)
 _SKIPPED_LENGTHS = np.array([len(name) for name in _SKIPPED_NAMES], np.int64)
 
 
@@ -59,6 +57,8 @@ def _name_at(data, i, row):
 @njit(cache=True)
 def _skipped_element(data, k):
     """The row of `_SKIPPED` naming the element whose start tag's name begins at data[k], or -1."""
+    if not 97 <= _lower(data[k]) <= 122:  # an end tag, a comment, a declaration
+        return -1
     for row in range(len(_SKIPPED_LENGTHS)):
         if _name_at(data, k, row):
             return row
@@ -116,7 +116,7 @@ def rough_text_into(data, out, max_chars):
         if c == _LT and i + 1 < n and _opens_markup(data[i + 1]):
             space = True
             end = _tag_end(data, i)
-            row = _skipped_element(data, i + 1) if 97 <= _lower(data[i + 1]) <= 122 else -1
+            row = _skipped_element(data, i + 1)
             # a skipped element's contents too, unless its tag closes itself (<svg ... />)
             i = _closing_tag_end(data, end, row) if row >= 0 and data[end - 2] != _SLASH else end
         elif c == _AMP:
