@@ -215,6 +215,30 @@ def test_each_extraction_mode_on_real_articles(page_id):
         assert bag_scores(main_text(mode, html, entry["url"]), entry["articleBody"])[2] == pytest.approx(f1, abs=5e-4)
 
 
+def test_trafilatura_gives_the_same_texts_with_plain_elements_as_with_lxml_html_classes():
+    import gzip
+
+    from corpus.stages.extract import _trafilatura, main_text
+    from lxml.html import HtmlElement, HtmlElementClassLookup
+    from trafilatura.utils import HTML_PARSER, load_html
+
+    _trafilatura()
+    form = load_html("<html><body><form><input name=q><select><option>a</select></form><p>text</p></body></html>")
+    assert {type(element) for element in form.iter()} == {HtmlElement}  # no FormElement, InputElement, ...
+    folder = shared("html-scrapinghub-aeb/html")
+    pages = [decode_html(gzip.decompress(path.read_bytes()), None)[0] for path in sorted(folder.iterdir())[:12]]
+    assert sum("<form" in page for page in pages) >= 6
+    modes = ("trafilatura", "trafilatura_fineweb")
+    ours = [main_text(mode, page, None) for page in pages for mode in modes]
+    HTML_PARSER.set_element_class_lookup(HtmlElementClassLookup())
+    try:
+        assert [main_text(mode, page, None) for page in pages for mode in modes] == ours
+    finally:
+        _trafilatura.cache_clear()
+        _trafilatura()
+    assert all(ours)
+
+
 def test_the_default_mode_falls_back_to_resiliparse_where_trafilatura_finds_nothing(monkeypatch):
     import corpus.stages.extract as extract
 
