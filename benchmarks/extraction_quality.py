@@ -178,7 +178,8 @@ def main() -> None:
     sets = {name: load(args.shared)[: args.limit or None] for name, load in SETS.items()}
     cores = sorted(os.sched_getaffinity(0))
     jobs = [(mode, name, pages) for name, pages in sets.items() for mode in modes]
-    with ProcessPoolExecutor(args.jobs) as pool:
+    # A fresh process per job: the peer's pages/s without what our modes set up in trafilatura's parser.
+    with ProcessPoolExecutor(args.jobs, max_tasks_per_child=1) as pool:
         futures = [
             pool.submit(score_mode, (mode, name, pages, cores[i % len(cores)] if args.jobs > 1 else None))
             for i, (mode, name, pages) in enumerate(jobs)

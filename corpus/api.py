@@ -47,8 +47,8 @@ def extract_text(
 ) -> str | None:
     """The main text of one HTML page, as the extract stage makes it (bytes are decoded as a crawl's pages are:
     UTF-8, then `charset` from the HTTP header when known, <meta>, detection); None where the pipeline would drop
-    the page as `empty_text`. `extractor`: one of "trafilatura" (the default mode), "trafilatura_fineweb",
-    "resiliparse"."""
+    the page as `empty_text`. `extractor`: one of "trafilatura" (the default mode), "trafilatura_fast",
+    "trafilatura_fineweb", "resiliparse"."""
     if extractor not in EXTRACTORS:
         raise ValueError(f"unknown extractor {extractor!r}: use one of {', '.join(EXTRACTORS)}")
     if isinstance(html, bytes):

@@ -188,14 +188,31 @@ SCRAPINGHUB_DECISIONS = {
     # trafilatura's precision mode (FineWeb's) loses nearly all of this article; its balanced mode keeps it.
     "f8ff621a0b9b7646cc0d57d37416feabba2bf78ef5dd0bfc5b080f9f97bbe584": {
         "trafilatura": 0.848,
+        "trafilatura_fast": 0.848,
         "trafilatura_fineweb": 0.056,
         "resiliparse": 0.928,
     },
     # resiliparse's main-content heuristic misses nearly all of this article.
     "ac3c035520461017a7c5b248d8e39ef063cad4c0c7d7b7ecd68aff8f15099485": {
         "trafilatura": 0.942,
+        "trafilatura_fast": 0.942,
         "trafilatura_fineweb": 0.942,
         "resiliparse": 0.102,
+    },
+    # trafilatura's first pass finds little of this article; its fast mode keeps that, the others compare it with
+    # readability's and jusText's extractions and keep the article.
+    "f6ac15a4d98511396da23e4428deb5605422b1c8bbc8284e771f6896bdccf57f": {
+        "trafilatura": 0.898,
+        "trafilatura_fast": 0.131,
+        "trafilatura_fineweb": 0.898,
+        "resiliparse": 0.781,
+    },
+    # and here the comparison swaps a good first pass for a worse text: only the fast mode keeps the article.
+    "b3c19dd5f0612d098788fa5173e491b3280da6226b492f8fe110f4ab1896cca8": {
+        "trafilatura": 0.337,
+        "trafilatura_fast": 0.986,
+        "trafilatura_fineweb": 0.337,
+        "resiliparse": 0.320,
     },
 }
 
@@ -228,7 +245,7 @@ def test_trafilatura_gives_the_same_texts_with_plain_elements_as_with_lxml_html_
     folder = shared("html-scrapinghub-aeb/html")
     pages = [decode_html(gzip.decompress(path.read_bytes()), None)[0] for path in sorted(folder.iterdir())[:12]]
     assert sum("<form" in page for page in pages) >= 6
-    modes = ("trafilatura", "trafilatura_fineweb")
+    modes = ("trafilatura", "trafilatura_fast", "trafilatura_fineweb")
     ours = [main_text(mode, page, None) for page in pages for mode in modes]
     HTML_PARSER.set_element_class_lookup(HtmlElementClassLookup())
     try:
@@ -242,8 +259,9 @@ def test_trafilatura_gives_the_same_texts_with_plain_elements_as_with_lxml_html_
 def test_the_default_mode_falls_back_to_resiliparse_where_trafilatura_finds_nothing(monkeypatch):
     import corpus.stages.extract as extract
 
-    monkeypatch.setattr(extract, "trafilatura_text", lambda html, url, favor_precision: None)
+    monkeypatch.setattr(extract, "trafilatura_text", lambda html, url, **settings: None)
     assert extract.main_text("trafilatura", QUICK_PAGE, None).startswith("A short article about gardening")
+    assert extract.main_text("trafilatura_fast", QUICK_PAGE, None).startswith("A short article about gardening")
     assert extract.main_text("trafilatura_fineweb", QUICK_PAGE, None) == ""  # FineWeb's mode: nothing is nothing
     # No fallback for bytes that are not text, nor for nesting resiliparse would take minutes over (it gives
     # "deep text" for this page, in about a second per 3,000 levels and superlinearly more past them).

@@ -29,7 +29,8 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ("[extract]\ntimeout_s = 'soon'\n", "key 'extract.timeout_s': Input should be a valid number"),
         (
             "[extract]\nextractor = 'readability'\n",
-            "key 'extract.extractor': Input should be 'trafilatura', 'trafilatura_fineweb' or 'resiliparse'",
+            "key 'extract.extractor': Input should be 'trafilatura', 'trafilatura_fast', 'trafilatura_fineweb' or "
+            "'resiliparse'",
         ),
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
