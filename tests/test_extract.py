@@ -232,7 +232,7 @@ def test_each_extraction_mode_on_real_articles(page_id):
         assert bag_scores(main_text(mode, html, entry["url"]), entry["articleBody"])[2] == pytest.approx(f1, abs=5e-4)
 
 
-def test_trafilatura_gives_the_same_texts_with_plain_elements_as_with_lxml_html_classes():
+def test_trafilatura_gives_the_same_texts_with_its_own_element_class_as_with_lxml_html_classes():
     import gzip
 
     from corpus.stages.extract import _trafilatura, main_text
@@ -240,8 +240,12 @@ def test_trafilatura_gives_the_same_texts_with_plain_elements_as_with_lxml_html_
     from trafilatura.utils import HTML_PARSER, load_html
 
     _trafilatura()
-    form = load_html("<html><body><form><input name=q><select><option>a</select></form><p>text</p></body></html>")
-    assert {type(element) for element in form.iter()} == {HtmlElement}  # no FormElement, InputElement, ...
+    form = load_html("<html><body><form><input name=q><select><option>a</select></form><p>x<b>y</b>z</p></body></html>")
+    (element_class,) = {type(element) for element in form.iter()}  # one class: no FormElement, InputElement, ...
+    assert issubclass(element_class, HtmlElement)
+    paragraph, bold = form.find(".//p"), form.find(".//b")
+    assert paragraph.text_content() == HtmlElement.text_content(paragraph) == "xyz"
+    assert bold.text_content() == HtmlElement.text_content(bold) == "y"  # not its tail
     folder = shared("html-scrapinghub-aeb/html")
     pages = [decode_html(gzip.decompress(path.read_bytes()), None)[0] for path in sorted(folder.iterdir())[:12]]
     assert sum("<form" in page for page in pages) >= 6
