@@ -148,7 +148,7 @@ def _trafilatura():
     return trafilatura
 
 
-def trafilatura_text(html: str, url: str | None, favor_precision: bool = False, fast: bool = False) -> str | None:
+def trafilatura_text(html: str, url: str | None, *, favor_precision: bool, fast: bool) -> str | None:
     trafilatura = _trafilatura()
     # deduplicate=False: trafilatura's cache depends on page order, so a resumed shard would extract differently.
     return trafilatura.extract(
