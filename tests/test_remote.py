@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import sample_in_two_shards, write_job
 
-from corpus.config.job import load_job
+from corpus.config.job import JobError, load_job
 from corpus.engine import OutputLocked, RunFolder, run_job
 
 MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers 503 to everything
@@ -22,11 +22,13 @@ MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers
 
 class FlakyRangeServer(http.server.ThreadingHTTPServer):
     """Serves a folder with HEAD and Range GETs; `faults` lists what the next GETs of a file meet first:
-    "500" (an error answer) or "drop" (headers, half the body, then the connection closed)."""
+    "500" (an error answer) or "drop" (headers, half the body, then the connection closed); `unavailable` says how
+    many of the next requests of a file, HEAD or GET, are answered 503 Slow Down (a throttling CDN's answer)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.faults: dict[str, list[str]] = {}
+        self.unavailable: dict[str, int] = {}
         self.requests = 0
         super().__init__(("127.0.0.1", 0), _Handler)
 
@@ -41,7 +43,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path = self.server.folder / self.path.lstrip("/")
         return path if path.is_file() else None
 
+    def _throttled(self) -> bool:
+        name = self.path.lstrip("/")
+        if self.server.unavailable.get(name, 0) > 0:
+            self.server.unavailable[name] -= 1
+            self.send_error(503, "Slow Down")
+            return True
+        return False
+
     def do_HEAD(self) -> None:
+        if self._throttled():
+            return
         path = self._file()
         self.send_response(200 if path else 404)
         self.send_header("Content-Length", str(path.stat().st_size if path else 0))
@@ -50,6 +62,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.requests += 1
+        if self._throttled():
+            return
         path = self._file()
         if self.server.requests > MAX_REQUESTS or path is None:
             self.send_error(503 if path else 404)
@@ -95,24 +109,72 @@ def http_server(tmp_path):
         server.server_close()
 
 
-def test_inputs_over_http_survive_a_server_error_and_a_dropped_connection(http_server, tmp_path):
+def test_inputs_over_http_survive_throttling_a_server_error_and_a_dropped_connection(http_server, tmp_path, capsys):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
     local = [Path(path) for path in sample_in_two_shards(http_server.folder)]
     base = f"http://127.0.0.1:{http_server.server_address[1]}"
     rules = '[annotate]\nrules = ["gopher_quality"]\n'
     here = run_job(load_job(write_job(tmp_path, [str(p) for p in local], tmp_path / "local", rules)), use_ray=False)
+    # a.warc.gz: 503 to the first lookup (fsspec's HEAD, then its GET) and the next HEAD, then a 500 to a read;
+    # b.warc.gz: a connection dropped mid-read
+    http_server.unavailable = {"a.warc.gz": 3}
     http_server.faults = {"a.warc.gz": ["500"], "b.warc.gz": ["drop"]}
     remote = [f"{base}/{path.name}" for path in local]
-    there = run_job(load_job(write_job(tmp_path, remote, tmp_path / "remote", rules, "remote")), use_ray=False)
-    assert there["failed_shards"] == {} and there["input_retries"] == 2  # one each, and both read whole
+    job = load_job(write_job(tmp_path, remote, tmp_path / "remote", rules, "remote"))
+    there = run_job(job, use_ray=False)
+    assert there["failed_shards"] == {} and there["input_retries"] == 3  # the lookup, the 500, the drop
     assert there["totals"] == here["totals"] and _counts(there) == _counts(here)
-    assert http_server.faults == {"a.warc.gz": [], "b.warc.gz": []}
+    assert http_server.faults == {"a.warc.gz": [], "b.warc.gz": []} and http_server.unavailable == {"a.warc.gz": 0}
     reports = [json.loads(p.read_text()) for p in (tmp_path / "remote" / "shards").glob("*.json")]
     assert sorted(r["input"]["size"] for r in reports) == sorted(p.stat().st_size for p in local)
+    # the server throttling every request when the run is repeated: its shards stand, said so, not extracted again
+    http_server.unavailable = {"a.warc.gz": 10**6, "b.warc.gz": 10**6}
+    capsys.readouterr()
+    again = run_job(job, use_ray=False)
+    assert again["failed_shards"] == {} and again["totals"] == there["totals"]
+    assert again["shards"] == {**there["shards"], "skipped_complete": 2}
+    note = (
+        rf"could not look up 2 inputs to see whether they changed since their shards were made \(first: {remote[0]}: "
+        r"HTTP 503 Slow Down \(2 attempts over \d+\.\d s\)\); those shards are kept as made, and looked up again at "
+        r"the next run"
+    )
+    assert re.search(note, capsys.readouterr().err)
     # a file gone from the server fails its shard, named, without retries
+    http_server.unavailable = {}
     (http_server.folder / "b.warc.gz").unlink()
     gone = run_job(load_job(write_job(tmp_path, remote, tmp_path / "gone", rules, "gone")), use_ray=False)
-    assert list(gone["failed_shards"]) == [remote[1]] and "FileNotFoundError" in gone["failed_shards"][remote[1]]
+    assert gone["failed_shards"] == {remote[1]: "FileNotFoundError: HTTP 404 Not Found"}
+
+
+def test_an_inputs_list_the_server_does_not_have_is_refused_at_load_with_its_answer(http_server, tmp_path):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
+    listing = f"http://127.0.0.1:{http_server.server_address[1]}/warc.paths.gz"
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "t"\ninputs_list = "{listing}"\noutput = "out"\n')
+    with pytest.raises(JobError) as refused:
+        load_job(job)
+    assert str(refused.value) == (
+        f"{job}: key 'inputs_list': cannot read {listing}: HTTP 404 Not Found; check the address, and that this "
+        "machine reaches it"
+    )
+
+
+def test_an_unreachable_input_is_tried_again_then_named_with_what_the_network_said():
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
+    import socket
+
+    from corpus.engine.input_stream import InputUnavailable, RetryingInput
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(InputUnavailable) as failure:
+        RetryingInput(f"http://127.0.0.1:{port}/a.warc.gz", attempts=2, backoff_s=0.01)
+    assert re.fullmatch(
+        rf"Cannot connect to host 127.0.0.1:{port} ssl:default \[Connect call failed \('127.0.0.1', {port}\)\] "
+        r"\(2 attempts over \d+\.\d s\)",
+        str(failure.value),
+    )
 
 
 @pytest.fixture

@@ -105,12 +105,17 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
     base = path.parent
     entries = [_resolve_path(e, base) for e in job.inputs]
     if job.inputs_list:
+        from corpus.engine.input_stream import InputStream  # the engine imports this module
+
         listing = _resolve_path(job.inputs_list, base)
         try:
-            with fsspec.open(listing, "rb") as fh:
+            with InputStream(listing) as fh:
                 raw = fh.read()
         except (OSError, ValueError) as exc:
-            raise JobError(f"{path}: key 'inputs_list': cannot read {listing}: {exc}") from exc
+            raise JobError(
+                f"{path}: key 'inputs_list': cannot read {listing}: {exc}; check the address, and that this machine "
+                "reaches it"
+            ) from exc
         if listing.endswith(".gz"):
             raw = gzip.decompress(raw)
         entries += [job.inputs_prefix + line.strip() for line in raw.decode().splitlines() if line.strip()]

@@ -158,23 +158,26 @@ def completed_shards(job: Job) -> tuple[int, int]:
     return sum(shard_report_path(shard.id) in present for shard in plan.shards), len(plan.shards)
 
 
-def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> list[str]:
-    """Ids of the stored shards whose input is no longer the file they were made from (size, ETag or mtime);
-    inputs are looked up concurrently, as object stores answer one request at a time."""
+def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> tuple[list[str], dict[str, str]]:
+    """Ids of the stored shards whose input is no longer the file they were made from (size, ETag or mtime), and
+    the inputs that could not be looked up (with why): their shards are kept as made, rather than extracted again
+    for a server's passing 503. Inputs are looked up concurrently, as object stores answer one request at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
     recorded = [(shard, stored[shard.id]["input"]) for shard in plan.shards if "input" in stored.get(shard.id, {})]
     sources = list(dict.fromkeys(shard.source for shard, _ in recorded))  # once per file, not per part of it
     with ThreadPoolExecutor(32) as pool:
-        now = dict(zip(sources, pool.map(_identity_or_none, sources), strict=True))
-    return [shard.id for shard, before in recorded if now[shard.source] != before]
+        now = dict(zip(sources, pool.map(_identity_or_failure, sources), strict=True))
+    unchecked = {source: found for source, found in now.items() if isinstance(found, str)}
+    changed = [shard.id for shard, before in recorded if shard.source not in unchecked and now[shard.source] != before]
+    return changed, unchecked
 
 
-def _identity_or_none(source: str) -> dict | None:
+def _identity_or_failure(source: str) -> dict | str:
     try:
-        return input_identity(source)
-    except (OSError, ValueError):
-        return None  # gone or unreadable: its task will say so
+        return input_identity(source, attempts=2)
+    except (OSError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
 
 
 class PhaseClock:
@@ -213,7 +216,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         folder.write_bytes("job.toml", fh.read())
 
     stored = _stored_reports(plan)
-    changed = [] if job.documents_from else _changed_inputs(plan, stored)
+    changed, unchecked = ([], {}) if job.documents_from else _changed_inputs(plan, stored)
     for shard_id in changed:  # made from another file at the same path: no longer complete, extracted again
         del stored[shard_id]
         folder.remove(shard_report_path(shard_id))
@@ -230,6 +233,12 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
     extractor = runners.pick(needs_workers=bool(work))
     progress = RunProgress(len(plan.shards), len(plan.shards) - len(work), progress_stream, runners.where(extractor))
     runners.progress = progress
+    if unchecked:
+        first = ": ".join(next(iter(unchecked.items())))
+        progress.note(
+            f"could not look up {counted(len(unchecked), 'input')} to see whether they changed since their shards "
+            f"were made (first: {first}); those shards are kept as made, and looked up again at the next run"
+        )
     failed: dict[str, str] = {}
 
     def finished(task, report, error) -> None:

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from corpus import __version__
 from corpus.config.job import Job
-from corpus.engine.input_stream import InputStream, input_identity
+from corpus.engine.input_stream import InputStream
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, shard_report_path
@@ -91,7 +91,6 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     fmt = dataset_format(shard.source)  # None for a crawl file
     dataset = fmt is not None
     told = _PagesTold(context.on_progress)
-    identity = input_identity(shard.source)  # before reading: a file replaced meanwhile is redone next run
     opened = InputStream(shard.source, decompress=dataset)
     with opened as stream:
         if dataset:
@@ -128,7 +127,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
         "id": shard.id,
         "source": shard.source,
         "part": shard.part,
-        "input": identity,
+        "input": opened.identity,
         "input_retries": opened.retries,
         "fingerprint": fingerprint(job),
         "annotate_fingerprint": annotate_fingerprint(job),
