@@ -159,6 +159,23 @@ def test_an_inputs_list_the_server_does_not_have_is_refused_at_load_with_its_ans
     )
 
 
+def test_a_remote_parquet_input_is_planned_through_throttling_and_one_gone_is_left_to_its_task(http_server):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from corpus.stages.dataset import DatasetOptions
+
+    from corpus.engine.plan import input_parts
+
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(30)]}), http_server.folder / "a.parquet",
+                   row_group_size=10)  # fmt: skip
+    base = f"http://127.0.0.1:{http_server.server_address[1]}"
+    http_server.unavailable = {"a.parquet": 2}  # the first lookup: HEAD and GET answered 503
+    assert input_parts(f"{base}/a.parquet", DatasetOptions(split_rows=10)) == [(0, 1), (1, 2), (2, 3)]
+    assert http_server.unavailable == {"a.parquet": 0}
+    assert input_parts(f"{base}/gone.parquet", DatasetOptions(split_rows=10)) == [None]  # its task will say why
+
+
 def test_an_unreachable_input_is_tried_again_then_named_with_what_the_network_said():
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
     import socket

@@ -169,6 +169,8 @@ def _check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> Non
     """Each local dataset input (and the first remote one) has the columns `[dataset]` maps (JSONL: the first
     object has the text field); refused at load, with the file and the columns it has. Remote files after the first
     are checked by their tasks."""
+    from corpus.engine.input_stream import InputStream  # the engine imports this module
+
     wanted = job.dataset.mapped()
     remote_checked = False
     for source in inputs:
@@ -177,7 +179,7 @@ def _check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> Non
             continue
         remote_checked = remote_checked or "://" in source
         try:
-            with fsspec.open(source, "rb", compression="infer") as stream:
+            with InputStream(source, decompress=True) as stream:
                 columns = input_columns(stream, fmt)
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise JobError(f"{path}: key 'inputs': cannot read {source} as {fmt}: {exc}") from None

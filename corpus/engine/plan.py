@@ -12,11 +12,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.config.job import Job
+from corpus.engine.input_stream import InputStream, input_identity
 from corpus.engine.keys import annotate_fingerprint
 from corpus.engine.run_folder import PLAN, RunFolder
 from corpus.rulebook import CorpusRule, Rule, discover
@@ -59,17 +59,21 @@ def shard_id(source: str) -> str:
 
 
 def input_parts(source: str, options: DatasetOptions) -> list[tuple[int, int] | None]:
-    """The parts a dataset input splits into (one task each); [None] for a crawl file or an unsplittable input."""
+    """The parts a dataset input splits into (one task each); [None] for a crawl file or an unsplittable input, and
+    for one that cannot be read here (remote inputs past the first are not checked at load): its task reads it
+    whole, or fails naming why, and the other inputs go on."""
     fmt = dataset_format(source)
-    if fmt == "parquet":
-        with fsspec.open(source, "rb") as stream:
-            metadata = pq.ParquetFile(stream).metadata
-        counts = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
-        parts = row_group_parts(counts, options.split_rows)
-    elif splittable(source):
-        fs, path = fsspec.core.url_to_fs(source)
-        parts = byte_parts(fs.size(path), options.split_bytes)
-    else:
+    try:
+        if fmt == "parquet":
+            with InputStream(source) as stream:
+                metadata = pq.ParquetFile(stream).metadata
+            counts = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+            parts = row_group_parts(counts, options.split_rows)
+        elif splittable(source):
+            parts = byte_parts(input_identity(source)["size"], options.split_bytes)
+        else:
+            return [None]
+    except (OSError, ValueError, pa.ArrowException):
         return [None]
     return parts if len(parts) > 1 else [None]
 
