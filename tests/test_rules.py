@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import real_documents, unavailable
+from conftest import REPO, real_documents, unavailable
 from corpus.stages.select import Threshold, default_thresholds, select_documents
 
+from corpus import rulebook
 from corpus.config.job import JobError, default_rule_order, load_job
 from corpus.rulebook import discover
 from corpus.sample.generate import SAMPLE_PATH
@@ -37,6 +38,23 @@ def kept_by_defaults(rule_name: str, values: dict[str, list]) -> list[bool]:
     )
     thresholds = default_thresholds(rule)
     return select_documents(table, thresholds)[0].table.column("kept").to_pylist()
+
+
+def test_the_readmes_example_rule_and_its_test_pass(monkeypatch):
+    """`rules/shouting.py` and `test_shouting` as the README's "Writing a rule" gives them."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Writing a rule") :]
+    rule_code, test_code = (
+        section[start : section.index("```", start)]
+        for start in (section.index('"""Shouting'), section.index("def test_shouting():"))
+    )
+    discover()  # every rule registered first: the registry is restored after this test
+    monkeypatch.setattr(rulebook, "_REGISTRY", dict(rulebook._REGISTRY))
+    exec(compile(rule_code, "rules/shouting.py", "exec"), {"__name__": "corpus.rules.shouting"})
+    assert discover()["shouting"].signals[0].name == "upper_frac"
+    names = {"pytest": pytest, "signals": signals, "kept_by_defaults": kept_by_defaults}
+    exec(compile(test_code, "README.md", "exec"), names)
+    names["test_shouting"]()
 
 
 def test_gopher_repetition_exact_fractions():
