@@ -386,7 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     try_rule.set_defaults(handler=rules_try)
 
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except Exception as exc:
+        from corpus.engine.stores import store_refusal
+
+        refusal = store_refusal(exc)
+        if refusal is None:
+            raise
+        print(f"corpus: {refusal}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

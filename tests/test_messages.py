@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import write_job
 
 from corpus.cli import _write_failure, main
@@ -37,6 +38,31 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_seconds(tmp_path, mon
         f"corpus: RAY_ADDRESS={address}: no Ray cluster answers there (Connection refused); start one "
         "(`ray start --head`), fix the address, or unset RAY_ADDRESS to run on a local cluster of this machine\n"
     )
+
+
+def test_an_object_store_without_credentials_says_what_to_set_never_a_traceback(tmp_path, monkeypatch, capsys):
+    import fsspec
+
+    pytest.importorskip("s3fs", reason="s3:// paths need s3fs (a dependency of corpus)")
+    from corpus.engine.stores import CREDENTIALS
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # botocore asks no metadata server
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": f"http://127.0.0.1:{_free_port()}"})
+    refused = f"the object store refused: Unable to locate credentials; {CREDENTIALS}"
+
+    into_s3 = write_job(tmp_path, [str(SAMPLE_PATH)], "s3://bucket/run", name="into_s3")
+    assert main(["run", str(into_s3), "--no-ray"]) == 2
+    assert capsys.readouterr().err == f"corpus: {refused}\n"
+    glob = write_job(tmp_path, ["s3://bucket/*.warc.gz"], tmp_path / "out", name="glob")
+    assert main(["run", str(glob), "--no-ray"]) == 2
+    assert capsys.readouterr().err == f"corpus: {glob}: key 'inputs': cannot list s3://bucket/*.warc.gz: {refused}\n"
+    one_input = write_job(tmp_path, ["s3://bucket/a.warc.gz"], tmp_path / "out", name="one_input")
+    assert main(["run", str(one_input), "--no-ray"]) == 1
+    assert f"failed shard s3://bucket/a.warc.gz: {refused}\n" in capsys.readouterr().out
 
 
 def test_a_failed_write_says_what_to_do_by_its_cause():

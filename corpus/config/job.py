@@ -125,8 +125,13 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
     resolved: list[str] = []
     for entry in entries:
         if any(ch in entry for ch in "*?["):
-            fs, _, _ = fsspec.get_fs_token_paths(entry)
-            matches = sorted(fs.glob(entry))
+            try:
+                fs, _, _ = fsspec.get_fs_token_paths(entry)
+                matches = sorted(fs.glob(entry))
+            except Exception as exc:  # noqa: BLE001 - a store's own kinds (botocore's are not OSError)
+                from corpus.engine.stores import store_refusal
+
+                raise JobError(f"{path}: key 'inputs': cannot list {entry}: {store_refusal(exc) or exc}") from exc
             if not matches:
                 raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
             protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol

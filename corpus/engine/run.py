@@ -176,8 +176,8 @@ def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> tuple[list[str], dic
 def _identity_or_failure(source: str) -> dict | str:
     try:
         return input_identity(source, attempts=2)
-    except (OSError, ValueError) as exc:
-        return str(exc) or type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - any store's own kinds: the shard is kept, the run says why
+        return f"{type(exc).__name__}: {exc}"
 
 
 class PhaseClock:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from corpus.config.job import Job
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import RunFolder
+from corpus.engine.stores import store_refusal
 from corpus.memory import keep_freed_memory
 
 
@@ -107,7 +108,7 @@ def execute(options: Job, task: Task, context: Context | None = None) -> dict:
 
 def format_failure(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None) or exc  # unwrap Ray's RayTaskError
-    return f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:500]
+    return (store_refusal(cause) or f"{type(cause).__name__}: {cause}").strip().splitlines()[0][:500]
 
 
 Outcome = tuple[Task, dict | None, str | None]  # the task, its report, or its failure
