@@ -119,7 +119,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
 
     from corpus.engine import RunFolder
-    from corpus.stages.tokenize import train_tokenizer
+    from corpus.stages.tokenize import TokenizerError, train_tokenizer
 
     run = RunFolder(args.run)
     if not run.exists("selection"):
@@ -133,8 +133,12 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     documents = run.read_folder("documents", columns=["id", "text"])
     selected = documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
     texts = selected.column("text").to_pylist()
-    train_tokenizer(texts, args.vocab_size, args.out)
-    print(f"wrote {args.out}: byte-level BPE, {args.vocab_size} tokens, trained on {len(texts):,} documents")
+    try:
+        size = train_tokenizer(texts, args.vocab_size, args.out)
+    except TokenizerError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: byte-level BPE, {size:,} tokens, trained on {len(texts):,} documents")
     return 0
 
 
@@ -298,6 +302,32 @@ def _print_metrics(title: str, result: dict) -> None:
     Console(soft_wrap=True).print(table)
 
 
+def _at_least(least: int):
+    """argparse type: a whole number >= `least`."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return whole
+
+
+def _confidence(text: str) -> float:
+    """argparse type: 0 (the job's) or a probability below 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a probability below 1 such as 0.95 (0: the job's), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corpus", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -338,15 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     report = commands.add_parser("report", help="an HTML report of what each rule of a run dropped, and a summary")
     report.add_argument("run", help="a run's output folder")
     report.add_argument("--out", help="the HTML file (default: RUN/report.html)")
-    report.add_argument("--sample", type=int, default=5, help="documents shown per rule (%(default)s)")
-    report.add_argument("--seed", type=int, default=0, help="seed of the samples (%(default)s)")
+    report.add_argument("--sample", type=_at_least(0), default=5, help="documents shown per rule (%(default)s)")
+    report.add_argument("--seed", type=_at_least(0), default=0, help="seed of the samples (%(default)s)")
     report.add_argument("--select", help="a TOML file with a [select] table: report that selection instead")
     report.set_defaults(handler=_report)
     inspect = commands.add_parser("inspect", help="a rule's dropped documents (or kept ones near its threshold)")
     inspect.add_argument("run", help="a run's output folder")
     inspect.add_argument("--rule", required=True, help="a rule name, or a dedup reason such as exact_duplicate")
-    inspect.add_argument("--sample", type=int, default=5)
-    inspect.add_argument("--seed", type=int, default=0)
+    inspect.add_argument("--sample", type=_at_least(0), default=5)
+    inspect.add_argument("--seed", type=_at_least(0), default=0)
     inspect.add_argument("--kept", action="store_true", help="kept documents nearest the rule's thresholds")
     inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
     inspect.set_defaults(handler=_inspect)
@@ -365,8 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     ablate_report.add_argument(
         "--metrics", default="", help="comma-separated patterns of metric columns (default: *.bits_per_byte,*.accuracy)"
     )
-    ablate_report.add_argument("--last", type=int, default=0, help="evaluations averaged per run (default: the job's)")
-    ablate_report.add_argument("--confidence", type=float, default=0.0, help="of the interval (default: the job's)")
+    ablate_report.add_argument(
+        "--last", type=_at_least(0), default=0, help="evaluations averaged per run (default: the job's)"
+    )
+    ablate_report.add_argument(
+        "--confidence", type=_confidence, default=0.0, help="of the interval (default: the job's)"
+    )
     ablate_report.set_defaults(handler=_ablate_report)
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
@@ -381,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     try_rule = rules.add_parser("try", help="a rule's signals, decision and offending span on files")
     try_rule.add_argument("rule")
     try_rule.add_argument("files", nargs="+", help="text, .html, WARC/WET or documents .parquet files")
-    try_rule.add_argument("--limit", type=int, default=10, help="documents per Parquet or WARC file")
+    try_rule.add_argument("--limit", type=_at_least(1), default=10, help="documents per Parquet or WARC file")
     try_rule.add_argument("--job", help="take the rule's settings and thresholds from this job file")
     try_rule.set_defaults(handler=rules_try)
 

@@ -43,6 +43,7 @@ class TokenizeOptions(StageOptions):
 
 STAGE = "tokenize"
 END_OF_TEXT = "<|endoftext|>"
+MIN_VOCABULARY = 257  # a byte-level BPE's 256 bytes and END_OF_TEXT
 
 
 class TokenizerError(Exception):
@@ -161,9 +162,16 @@ def tokenize_documents(ids: pa.Array, texts: list[str], tokenizer: TextTokenizer
     return StageResult(table, counts)
 
 
-def train_tokenizer(texts, vocab_size: int, out: str) -> None:
-    """A byte-level BPE tokenizer (GPT-2 style pre-tokenisation) with `END_OF_TEXT`, trained on `texts`."""
+def train_tokenizer(texts, vocab_size: int, out: str) -> int:
+    """A byte-level BPE tokenizer (GPT-2 style pre-tokenisation) with `END_OF_TEXT`, trained on `texts`; returns its
+    vocabulary's size (under `vocab_size` when the texts hold fewer merges)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if vocab_size < MIN_VOCABULARY:
+        raise TokenizerError(
+            f"a vocabulary of {vocab_size} is too small: a byte-level BPE holds the 256 bytes and {END_OF_TEXT}, so "
+            f"give at least {MIN_VOCABULARY}"
+        )
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -176,3 +184,4 @@ def train_tokenizer(texts, vocab_size: int, out: str) -> None:
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     tokenizer.save(out)
+    return tokenizer.get_vocab_size()

@@ -75,6 +75,16 @@ def test_the_classifier_separates_reference_articles_from_crawl_pages_on_held_ou
     assert "roc_auc" in capsys.readouterr().out
 
 
+def test_training_settings_out_of_range_are_refused_with_the_setting_named(capsys):
+    assert main(["classifier", "train", "--positive", "a", "--negative", "b", "--out", "m.bin", "--epochs", "0"]) == 2
+    assert capsys.readouterr().err == "corpus: epochs must be at least 1, got 0\n"
+    with pytest.raises(ClassifierError, match="^lr must be above 0, got -0.1$"):
+        TrainOptions(lr=-0.1)
+    with pytest.raises(ClassifierError, match="^validation must be a fraction between 0 and 1, got 1.0$"):
+        TrainOptions(validation=1.0)
+    assert TrainOptions(bucket=0, seed=0).bucket == 0
+
+
 def test_labelled_files_in_each_format(tmp_path):
     pq.write_table(pa.table({"text": ["one parquet document", None, "another"]}), tmp_path / "a.parquet")
     (tmp_path / "b.jsonl").write_text('{"text": "a json document"}\n\n{"text": "and more"}\n')

@@ -65,6 +65,23 @@ def test_an_object_store_without_credentials_says_what_to_set_never_a_traceback(
     assert f"failed shard s3://bucket/a.warc.gz: {refused}\n" in capsys.readouterr().out
 
 
+def test_a_number_out_of_range_on_the_command_line_is_one_line_naming_the_flag(capsys):
+    for argv, said in (
+        ("report run --sample -2", "corpus report: error: argument --sample: must be at least 0, got -2"),
+        ("inspect run --rule url --seed x", "corpus inspect: error: argument --seed: not a whole number: 'x'"),
+        (
+            "ablate report out --confidence 1.5",
+            "corpus ablate report: error: argument --confidence: must be a probability below 1 such as 0.95 (0: the "
+            "job's), got 1.5",
+        ),
+        ("rules try url a.html --limit 0", "corpus rules try: error: argument --limit: must be at least 1, got 0"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv.split())
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.endswith(f"{said}\n")
+
+
 def test_a_failed_write_says_what_to_do_by_its_cause():
     full = _write_failure(OSError(errno.ENOSPC, "No space left on device", "/runs/x/documents/a.parquet"), "/runs/x")
     assert full == (

@@ -35,6 +35,15 @@ def tokenizer_file(tmp_path_factory):
     return str(path), texts
 
 
+def test_a_trained_tokenizer_has_the_size_it_reports_and_too_small_a_size_is_refused(tmp_path):
+    texts = ["the cat sat on the mat, and the cat sat again."] * 20
+    assert train_tokenizer(texts, 270, str(tmp_path / "t.json")) == 270
+    assert len(json.loads((tmp_path / "t.json").read_text())["model"]["vocab"]) == 270
+    with pytest.raises(TokenizerError, match="a vocabulary of 256 is too small: .* give at least 257$"):
+        train_tokenizer(texts, 256, str(tmp_path / "small.json"))
+    assert not (tmp_path / "small.json").exists()
+
+
 def test_tokens_decode_back_to_the_exact_text_of_real_documents(tokenizer_file):
     path, texts = tokenizer_file
     tokenizer = TextTokenizer(path, END_OF_TEXT)

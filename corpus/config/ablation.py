@@ -21,14 +21,14 @@ from corpus.config.job import Job, JobError, _format_error, _resolve_path, job_f
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
 from corpus.rulebook import load_once
 from corpus.stages.options import StageOptions
-from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, TokenizerError
+from corpus.stages.tokenize import END_OF_TEXT, MIN_VOCABULARY, TextTokenizer, TokenizerError
 
 AUTO_VARIANTS = ("leave_one_out", "add_one_in")
 
 
 class TokenizerOptions(StageOptions):
     path: str = Field("", description="a tokenizer.json or <encoding>.tiktoken; empty = train one on the documents")
-    vocab_size: int = Field(4096, ge=256, le=65536, description="size of the trained tokenizer (no path)")
+    vocab_size: int = Field(4096, ge=MIN_VOCABULARY, le=65536, description="size of the trained tokenizer (no path)")
     separator: str = Field(END_OF_TEXT, description="the token after every document")
 
 

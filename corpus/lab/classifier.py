@@ -96,6 +96,16 @@ class TrainOptions:
     threads: int = 1  # more: faster, but fastText then trains a different model each time
     bucket: int = 2_000_000  # hashed word n-gram rows (fastText's default): the model holds bucket x dim floats
 
+    def __post_init__(self) -> None:
+        for name, least in (("epochs", 1), ("dim", 1), ("word_ngrams", 1), ("min_count", 1), ("threads", 1),
+                            ("bucket", 0), ("seed", 0)):  # fmt: skip
+            if getattr(self, name) < least:
+                raise ClassifierError(f"{name} must be at least {least}, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ClassifierError(f"lr must be above 0, got {self.lr}")
+        if not 0 < self.validation < 1:
+            raise ClassifierError(f"validation must be a fraction between 0 and 1, got {self.validation}")
+
 
 def train(positives: list[str], negatives: list[str], out: str, options: TrainOptions = TrainOptions()) -> dict:
     """Train on balanced classes (the larger one sampled down, seeded), hold out `validation` of each class, write
@@ -103,8 +113,6 @@ def train(positives: list[str], negatives: list[str], out: str, options: TrainOp
     thread gives the same model for the same inputs."""
     if not positives or not negatives:
         raise ClassifierError(f"need documents of both classes: {len(positives)} positive, {len(negatives)} negative")
-    if not 0 < options.validation < 1:
-        raise ClassifierError(f"validation must be a fraction between 0 and 1, got {options.validation}")
     rng = random.Random(options.seed)
     size = min(len(positives), len(negatives))
     classes = {POSITIVE: rng.sample(positives, size), NEGATIVE: rng.sample(negatives, size)}
