@@ -72,6 +72,9 @@ class DedupOptions(StageOptions):
 
     @model_validator(mode="after")
     def _steps_have_keys(self) -> DedupOptions:
+        repeated = sorted({step for step in self.steps if self.steps.count(step) > 1})
+        if repeated:
+            raise ValueError(f"steps {repeated} listed twice: a step finds nothing the second time; list each once")
         missing = [step for step in self.steps if step not in self.stored_keys()]
         if missing:
             raise ValueError(f"steps {missing} need their keys stored: add them to dedup.keys")

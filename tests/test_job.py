@@ -35,12 +35,12 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
         ("exclude = 'takedowns.parquet'\n", "key 'exclude': no such file"),
-        ("[dedup]\nsteps = ['url']\nkeys = ['exact']\n", "key 'dedup': Value error, steps ['url'] need their keys"),
+        ("[dedup]\nsteps = ['url']\nkeys = ['exact']\n", "key 'dedup': steps ['url'] need their keys"),
         ("[warc]\nx = 1\n", "unknown key 'warc'"),
         ("[dedup]\nsteps = ['fuzzy']\n", "key 'dedup.steps.0': Input should be 'url', 'exact' or 'minhash'"),
         (
             "[dedup.minhash]\nbands = 20\nrows = 8\n",
-            "key 'dedup.minhash': Value error, bands x rows = 160 is more than permutations = 112",
+            "key 'dedup.minhash': bands x rows = 160 is more than permutations = 112",
         ),
         (
             "[annotate]\nrules = ['gopher_qualty']\n",
@@ -57,6 +57,19 @@ def job_file(tmp_path: Path, body: str) -> Path:
         (
             "[select.gopher_quality]\nwords.min = 'many'\n",
             "key 'select.gopher_quality.words.min': expected a number, got 'many'",
+        ),
+        (
+            "[select.gopher_quality]\nwords.max = 5\n",
+            "key 'select.gopher_quality.words': min 50 (the rule's default) is above max 5: no document could pass; "
+            "lower min or raise max",
+        ),
+        (
+            "[select.gopher_quality]\nwords.min_quantile = 0.9\nwords.max_quantile = 0.1\n",
+            "key 'select.gopher_quality.words': min_quantile 0.9 is above max_quantile 0.1: no document could pass",
+        ),
+        (
+            "[dedup]\nsteps = ['exact', 'minhash', 'exact']\n",
+            "key 'dedup': steps ['exact'] listed twice: a step finds nothing the second time; list each once",
         ),
         ("[select.c4]\nlorem_ipsum.max = 0\n", "key 'select.c4.lorem_ipsum.max': expected true or false, got 0"),
         (

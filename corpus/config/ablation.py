@@ -73,7 +73,7 @@ class TrainingOptions(StageOptions):
     @model_validator(mode="after")
     def _positive(self) -> TrainingOptions:
         if self.tokens != "auto" and self.tokens < 1:
-            raise ValueError("tokens must be at least 1, or 'auto'")
+            raise ValueError(f"tokens must be at least 1, or 'auto'; got {self.tokens}")
         return self
 
 

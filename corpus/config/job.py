@@ -90,6 +90,8 @@ def _format_error(path: Path, error: dict) -> str:
         return f"{path}: unknown key '{key}'{hint}"
     if error["type"] == "missing":
         return f"{path}: missing required key '{key}'"
+    if error["type"] == "value_error":  # a section's own check: its message says what it got
+        return f"{path}: key '{key}': {error['ctx']['error']}"
     return f"{path}: key '{key}': {error['msg']} (got {error.get('input')!r})"
 
 
@@ -391,6 +393,17 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
                     expected = "true or false" if is_bool else "a number"
                     raise JobError(f"{path}: key '{key}.{bound}': expected {expected}, got {value!r}")
             bounds.setdefault(signal_name, {}).update(given)
+            merged = bounds[signal_name]
+            for low, high in (("min", "max"), ("min_quantile", "max_quantile")):
+                if low in merged and high in merged and merged[low] > merged[high]:
+                    low_said, high_said = (
+                        f"{bound} {merged[bound]}" + ("" if bound in given else " (the rule's default)")
+                        for bound in (low, high)
+                    )
+                    raise JobError(
+                        f"{path}: key '{key}': {low_said} is above {high_said}: no document could pass; "
+                        f"lower {low} or raise {high}"
+                    )
         for signal in rule.signals:
             given = bounds.get(signal.name, {})
             for bound in ("min", "max"):
