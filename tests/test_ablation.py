@@ -499,6 +499,9 @@ def test_an_unknown_task_is_refused_at_load_with_the_tasks_there_are(micro):
     (folder / "bad.toml").write_text(job.replace('"mmlu_x"', '"piqa"').replace("items = 6", "items = 6\ndata = 'x'"))
     with pytest.raises(JobError, match=r"evaluation data folder '.*/x' does not exist"):
         load_ablation(folder / "bad.toml")
+    (folder / "bad.toml").write_text(job.replace('"mmlu_x"', '"piqa"').replace("seeds = [0, 1]", "seeds = [0, 1, 0]"))
+    with pytest.raises(JobError, match=r"key 'seeds': seeds \[0, 1, 0\] repeat 0: a seed twice trains the same run "):
+        load_ablation(folder / "bad.toml")
 
 
 def test_a_variant_may_only_select_over_the_stored_signals(micro, tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from corpus.config.job import Job, JobError, _format_error, _resolve_path, job_from_data, load_job, read_toml
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
@@ -123,6 +123,17 @@ class AblationJob(StageOptions):
     evaluation: EvaluationOptions = EvaluationOptions()
     decontamination: DecontaminationOptions = DecontaminationOptions()
     variants: dict[str, VariantOptions] = Field(default_factory=dict)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+        if repeated:
+            raise ValueError(
+                f"seeds {seeds} repeat {', '.join(map(str, repeated))}: a seed twice trains the same run twice and "
+                "adds no evidence; give distinct seeds"
+            )
+        return seeds
 
 
 @dataclass(frozen=True)
