@@ -11,6 +11,7 @@ step needs one (corpus rules, quantile thresholds, dedup).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,13 +58,24 @@ def extract_text(
     return main_text(extractor, html, url) or None
 
 
+def _texts(texts: Sequence[str]) -> list[str]:
+    """The texts as a list, refused with what to give where they are not a sequence of strings."""
+    if isinstance(texts, str | bytes):
+        raise TypeError("give a list of texts, not one string")
+    texts = list(texts)
+    wrong = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
+    if wrong is not None:
+        raise TypeError(f"text {wrong} is {texts[wrong]!r:.40}, not a string: give every text as a str")
+    return texts
+
+
 def identify_language(
     texts: Sequence[str], model_path: str = "", max_chars: int = 2_000
 ) -> tuple[list[str | None], list[float | None]]:
     """(language code, probability) of each text by fastText lid.176 on its first `max_chars` characters, as the
     extract stage identifies documents. `model_path`: another fastText language-ID model."""
     identify = LanguageIdentifier(model_path, max_chars)
-    found = [identify(text) for text in texts]
+    found = [identify(text) for text in _texts(texts)]
     return [lang for lang, _ in found], [score for _, score in found]
 
 
@@ -73,10 +85,8 @@ def _documents_table(documents: Documents) -> pa.Table:
         table = documents
     elif hasattr(documents, "to_dict") and hasattr(documents, "columns"):  # a pandas DataFrame
         table = pa.Table.from_pandas(documents, preserve_index=False)
-    elif isinstance(documents, str):
-        raise TypeError("give a list of texts, not one string")
     else:
-        table = pa.table({"text": pa.array(list(documents), pa.large_string())})
+        table = pa.table({"text": pa.array(_texts(documents), pa.large_string())})
     if "text" not in table.column_names:
         raise ValueError(f"the documents need a `text` column; they have: {', '.join(table.column_names)}")
     if table.column("text").null_count:
@@ -108,11 +118,31 @@ def _documents_table(documents: Documents) -> pa.Table:
     )
 
 
+_JOB_KEY = re.compile(r"key '(annotate|rules|select)((?:\.[^'.]+)*)'")
+
+
+def _arguments() -> Path:
+    """What apply_rules' arguments stand for as a job file: relative files in `settings` are relative to the
+    working folder."""
+    return Path.cwd() / "apply_rules"
+
+
+def _in_arguments(error: JobError) -> ValueError:
+    """A job-file message in apply_rules' terms: its arguments, not a job file's keys."""
+
+    def argument(match: re.Match) -> str:
+        name = {"annotate": "rules", "rules": "settings", "select": "thresholds"}[match[1]]
+        path = [] if match[1] == "annotate" else match[2].split(".")[1:]
+        return f"key {name}" + "".join(f"[{part!r}]" for part in path)
+
+    return ValueError(_JOB_KEY.sub(argument, str(error).replace(f"{_arguments()}: ", "apply_rules: ", 1)))
+
+
 def _rules(rules: list[str] | None, settings: dict[str, dict] | None) -> list[Rule]:
     try:
-        resolved = resolve_rule_settings(rules, settings or {}, Path.cwd() / "apply_rules")
+        resolved = resolve_rule_settings(rules, settings or {}, _arguments())
     except JobError as exc:
-        raise ValueError(str(exc)) from None
+        raise _in_arguments(exc) from None
     registry = discover()
     return [registry[name](registry[name].Options.model_validate(options)) for name, options in resolved]
 
@@ -135,9 +165,9 @@ def apply_rules(
     computed = _rules(rules, settings)
     names = [rule.name for rule in computed]
     try:
-        _, chosen = resolve_thresholds(thresholds or {}, names, Path.cwd() / "apply_rules")
+        _, chosen = resolve_thresholds(thresholds or {}, names, _arguments())
     except JobError as exc:
-        raise ValueError(str(exc)) from None
+        raise _in_arguments(exc) from None
     per_document = [rule for rule in computed if not isinstance(rule, CorpusRule)]
     annotated = annotate_documents(table, per_document).table
     docs = DocumentBatch.from_table(table)  # corpus rules read the texts as given, as they read stored documents
@@ -162,6 +192,8 @@ def mask_pii(text: str, kinds: Sequence[str] = ("email", "phone", "ip")) -> tupl
     from corpus.rules.pii import KINDS, SIGNAL_OF
     from corpus.rules.pii import mask_pii as mask_batch
 
+    if not isinstance(text, str):
+        raise TypeError(f"mask_pii takes one text (a str), not a {type(text).__name__}: call it once per text")
     unknown = [kind for kind in kinds if kind not in KINDS]
     if unknown:
         raise ValueError(f"unknown PII kinds {unknown}: use any of {', '.join(KINDS)}")
@@ -190,7 +222,7 @@ def near_duplicates(
     below it stays (`jaccard` says how near it was). `minhash`: `[dedup.minhash]` settings (ngram = 5,
     permutations = 112, bands = 14, rows = 8, threshold, seed = 1). One row per text, in order (`NEAR_DUPLICATES`)."""
     options = MinHashOptions(**minhash, verify_threshold=verify_threshold)
-    texts = list(texts)
+    texts = _texts(texts)
     n = len(texts)
     ids = [str(i) for i in range(n)] if ids is None else [str(i) for i in ids]
     if len(ids) != n or len(set(ids)) != n:
@@ -256,4 +288,4 @@ def quality_scores(texts: Sequence[str], model: str) -> np.ndarray:
 
     rule = QualityClassifier(QualityClassifier.Options(model=str(model)))
     QualityClassifier.check(rule.options)
-    return np.asarray(rule.compute(DocumentBatch(list(texts)))["score"], np.float32)
+    return np.asarray(rule.compute(DocumentBatch(_texts(texts)))["score"], np.float32)

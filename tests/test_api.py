@@ -176,12 +176,22 @@ def test_the_api_refuses_bad_arguments_with_what_to_do():
         extract_text(b"<p>x</p>", extractor="boilerpipe")
     with pytest.raises(ValueError, match="need a `text` column; they have: body"):
         apply_rules(pa.table({"body": ["x"]}))
-    with pytest.raises(ValueError, match="unknown rule 'gopher'"):
+    with pytest.raises(ValueError, match="^apply_rules: key rules: unknown rule 'gopher'"):
         apply_rules(["x"], rules=["gopher"])
-    with pytest.raises(ValueError, match="rule gopher_quality has no signal 'wordz'"):
+    with pytest.raises(ValueError, match=r"^apply_rules: key thresholds\['gopher_quality'\]\['wordz'\]: rule "
+                                         "gopher_quality has no signal 'wordz'"):  # fmt: skip
         apply_rules(["x"], rules=["gopher_quality"], thresholds={"gopher_quality": {"wordz": {"min": 1}}})
+    with pytest.raises(ValueError, match=r"^apply_rules: key settings\['url'\]\['blocklist'\]: no such file '.*/no'"):
+        apply_rules(["x"], rules=["url"], settings={"url": {"blocklist": "no"}})
     with pytest.raises(ValueError, match="one distinct id per text"):
         near_duplicates(["a", "b"], ids=["1", "1"])
+    for call in (lambda: identify_language("one text"), lambda: near_duplicates("one text"), lambda: apply_rules("x")):
+        with pytest.raises(TypeError, match="^give a list of texts, not one string$"):
+            call()
+    with pytest.raises(TypeError, match="^text 1 is None, not a string: give every text as a str$"):
+        near_duplicates(["a", None])
+    with pytest.raises(TypeError, match="^mask_pii takes one text \\(a str\\), not a list: call it once per text$"):
+        mask_pii(["jane@example.org"])
 
 
 def test_the_try_rules_notebook_runs_on_the_sample_and_draws_its_figure():
