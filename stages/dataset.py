@@ -99,20 +99,30 @@ def byte_parts(size: int, split_bytes: int) -> list[tuple[int, int]]:
     return [(start, min(start + split_bytes, size)) for start in range(0, max(size, 1), split_bytes)]
 
 
-def input_columns(stream: BinaryIO, fmt: str) -> list[str]:
-    """The columns of a dataset input (for JSONL: the fields of its first JSON object line)."""
+def input_columns(stream: BinaryIO, fmt: str) -> dict[str, pa.DataType | None]:
+    """The columns of a dataset input and their types (for JSONL: the fields of its first JSON object line, whose
+    types are a line's own: None)."""
     if fmt == "parquet":
-        return pq.ParquetFile(stream).schema_arrow.names
-    if fmt == "arrow":
-        return arrow_schema(stream).names
-    for _, line in zip(range(1000), stream, strict=False):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            return list(row)
-    return []
+        schema = pq.ParquetFile(stream).schema_arrow
+    elif fmt == "arrow":
+        schema = arrow_schema(stream)
+    else:
+        for _, line in zip(range(1000), stream, strict=False):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                return dict.fromkeys(row)
+        return {}
+    return {field.name: field.type for field in schema}
+
+
+def is_text_type(type_: pa.DataType) -> bool:
+    """A column type whose values are strings: plain, large, views, or dictionary-encoded (pandas' categoricals)."""
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
 
 
 def extra_fields(schema: pa.Schema, options: DatasetOptions) -> list[pa.Field]:
@@ -216,13 +226,14 @@ def _documents(
     counts.received += table.num_rows
     texts = table.column(options.text)
     missing = pc.is_null(texts).to_numpy(zero_copy_only=False)
-    is_text = pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)
+    is_text = is_text_type(texts.type)
     not_string = np.zeros(table.num_rows, np.bool_) if is_text else ~missing
     for reason, rows in ((TEXT_MISSING, missing), (TEXT_NOT_STRING, not_string)):
         if rows.any():
             counts.drop(reason, int(rows.sum()))
     keep = ~(missing | not_string)
     table = table.filter(pa.array(keep))
+    texts = table.column(options.text).cast(pa.large_string()) if is_text else pa.array([], pa.large_string())
     offsets = offsets[keep]
     n = table.num_rows
     mapped = options.mapped()
@@ -246,7 +257,7 @@ def _documents(
         "offset": pa.array(offsets, pa.int64()),
         "digest": pa.nulls(n, pa.string()),
         "charset": pa.nulls(n, pa.string()),
-        "text": table.column(options.text).cast(pa.large_string()),
+        "text": texts,
         "lang": column("lang", pa.string()),
         "lang_score": column("lang_score", pa.float32()),
     }

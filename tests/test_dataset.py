@@ -166,3 +166,34 @@ def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(
     job = write_job(tmp_path, [str(tmp_path / "folder")], tmp_path / "out")
     with pytest.raises(JobError, match="is a folder but not a Hugging Face dataset"):
         load_job(job)
+    as_numbers = documents.slice(0, 5).append_column("length", pc.utf8_length(documents.slice(0, 5).column("body")))
+    pq.write_table(as_numbers, tmp_path / "numbers.parquet")
+    job = write_job(tmp_path, [str(tmp_path / "numbers.parquet")], tmp_path / "out", '[dataset]\ntext = "length"\n')
+    refused = r"key 'dataset.text': column 'length' of .*numbers.parquet holds int32, not text; set dataset.text to "
+    with pytest.raises(JobError, match=refused + r"a string column \(its string columns: doc_id, body, link\)$"):
+        load_job(job)
+
+
+def test_a_dictionary_encoded_text_column_is_read_as_text_and_a_column_of_lists_is_counted(documents):
+    from corpus.stages.dataset import DatasetOptions, read_dataset
+
+    texts = [
+        "A first document, long enough to read.",
+        None,
+        "A second document.",
+        "A first document, long enough to read.",
+    ]
+    encoded = pa.table({"text": pa.array(texts).dictionary_encode()})  # pandas categoricals are stored so
+    listed = pa.table(
+        {"text": pa.array([["a", "b"], None, ["c"]])}
+    )  # a remote file past the first: not checked at load
+    read = {}
+    for name, table in (("encoded", encoded), ("listed", listed)):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        _, batches = read_dataset(pa.BufferReader(sink.getvalue()), name, "parquet", None, DatasetOptions(), 1000, name)
+        read[name] = list(batches)
+    assert [b.table.column("text").to_pylist() for b in read["encoded"]] == [[t for t in texts if t is not None]]
+    assert read["encoded"][0].counts.dropped == {"text_missing": 1}
+    assert read["listed"][0].table.num_rows == 0
+    assert read["listed"][0].counts.dropped == {"text_missing": 1, "text_not_string": 2}

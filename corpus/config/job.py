@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
-from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns
+from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns, is_text_type
 from corpus.stages.dedup import DedupOptions
 from corpus.stages.extract import ExtractOptions
 from corpus.stages.options import StageOptions
@@ -198,6 +198,13 @@ def _check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> Non
             raise JobError(
                 f"{path}: {source} has no column for {keys}; its columns are: {', '.join(columns) or 'none'}. "
                 "Set the [dataset] keys to its column names"
+            )
+        text_type = columns[wanted["text"]]
+        if text_type is not None and not is_text_type(text_type):
+            texts = [name for name, type_ in columns.items() if type_ is not None and is_text_type(type_)]
+            raise JobError(
+                f"{path}: key 'dataset.text': column {wanted['text']!r} of {source} holds {text_type}, not text; "
+                f"set dataset.text to a string column (its string columns: {', '.join(texts) or 'none'})"
             )
 
 
