@@ -242,14 +242,12 @@ def _documents(
         values = table.column(mapped[name]) if name in mapped else None
         return pa.nulls(n, type_) if values is None else values.cast(type_)
 
-    ids = (
-        pc.cast(table.column(options.id), pa.string())
-        if options.id
-        else pa.array([f"{id_prefix}:{offset}" for offset in offsets.tolist()], pa.string())
-    )
+    positions = pa.array([f"{id_prefix}:{offset}" for offset in offsets.tolist()], pa.string())
+    # a row without an id gets its position's, as every row does when no id column is mapped
+    ids = pc.coalesce(pc.cast(table.column(options.id), pa.string()), positions) if options.id else positions
     urls = column("url", pa.string())
     columns = {
-        "id": pc.fill_null(ids, ""),
+        "id": ids,
         "url": urls,
         "domain": pa.array([domain_of(url) for url in urls.to_pylist()], pa.string()),
         "date": _dates(table.column(options.date)) if options.date else pa.nulls(n, pa.timestamp("ms", tz="UTC")),

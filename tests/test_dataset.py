@@ -174,7 +174,7 @@ def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(
         load_job(job)
 
 
-def test_a_dictionary_encoded_text_column_is_read_as_text_and_a_column_of_lists_is_counted(documents):
+def test_dictionary_encoded_texts_are_read_a_column_of_lists_is_counted_and_a_null_id_gets_its_position():
     from corpus.stages.dataset import DatasetOptions, read_dataset
 
     texts = [
@@ -183,7 +183,9 @@ def test_a_dictionary_encoded_text_column_is_read_as_text_and_a_column_of_lists_
         "A second document.",
         "A first document, long enough to read.",
     ]
-    encoded = pa.table({"text": pa.array(texts).dictionary_encode()})  # pandas categoricals are stored so
+    encoded = pa.table(  # pandas categoricals are stored so
+        {"text": pa.array(texts).dictionary_encode(), "doc_id": ["a", "b", None, "d"]}
+    )
     listed = pa.table(
         {"text": pa.array([["a", "b"], None, ["c"]])}
     )  # a remote file past the first: not checked at load
@@ -191,9 +193,11 @@ def test_a_dictionary_encoded_text_column_is_read_as_text_and_a_column_of_lists_
     for name, table in (("encoded", encoded), ("listed", listed)):
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
-        _, batches = read_dataset(pa.BufferReader(sink.getvalue()), name, "parquet", None, DatasetOptions(), 1000, name)
+        options = DatasetOptions(id="doc_id" if name == "encoded" else "")
+        _, batches = read_dataset(pa.BufferReader(sink.getvalue()), name, "parquet", None, options, 1000, name)
         read[name] = list(batches)
     assert [b.table.column("text").to_pylist() for b in read["encoded"]] == [[t for t in texts if t is not None]]
     assert read["encoded"][0].counts.dropped == {"text_missing": 1}
+    assert read["encoded"][0].table.column("id").to_pylist() == ["a", "encoded:2", "d"]  # a null id: its position's
     assert read["listed"][0].table.num_rows == 0
     assert read["listed"][0].counts.dropped == {"text_missing": 1, "text_not_string": 2}
