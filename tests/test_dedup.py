@@ -335,7 +335,8 @@ def _decision_files(out, step) -> list[str]:
 def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
     source = tmp_path / "crawl.warc.gz"
     shutil.copy(SAMPLE_PATH, source)
-    nothing = "partitions = 3\n[select.gopher_quality]\nwords.min = 1000000\n[dedup.minhash]\nverify_threshold = 0.5\n"
+    nothing = "partitions = 3\n[select.gopher_quality]\nwords.min = 1000000\nwords.max = 2000000\n"  # no page that long
+    nothing += "[dedup.minhash]\nverify_threshold = 0.5\n"
     stats = run_job(_dedup_job(tmp_path, source, nothing), use_ray=False)
     assert not stats["failed_shards"] and stats["totals"]["kept"] == 0 and stats["totals"]["unaccounted"] == 0
     assert stats["stages"]["dedup"]["received"] == 0

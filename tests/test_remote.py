@@ -135,8 +135,8 @@ def test_inputs_over_http_survive_throttling_a_server_error_and_a_dropped_connec
     assert again["shards"] == {**there["shards"], "skipped_complete": 2}
     note = (
         rf"could not look up 2 inputs to see whether they changed since their shards were made \(first: {remote[0]}: "
-        r"HTTP 503 Slow Down \(2 attempts over \d+\.\d s\)\); those shards are kept as made, and looked up again at "
-        r"the next run"
+        r"InputUnavailable: HTTP 503 Slow Down \(2 attempts over \d+\.\d s\)\); those shards are kept as made, and "
+        r"looked up again at the next run"
     )
     assert re.search(note, capsys.readouterr().err)
     # a file gone from the server fails its shard, named, without retries
