@@ -38,6 +38,8 @@ def summary_table(stats: dict) -> Table:
         tokens = stats["tokens"]
         files = f"{tokens['files']:,} file" + ("s" if tokens["files"] != 1 else "")
         table.add_row("tokens written", f"{tokens['tokens']:,} ({tokens['documents']:,} documents, {files})")
+        if tokens.get("emptied_by_modifiers"):
+            table.add_row("   not written: emptied by modifiers", f"{tokens['emptied_by_modifiers']:,}")
     shards = stats["shards"]
     table.add_row(
         "shards complete / planned",

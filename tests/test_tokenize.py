@@ -312,7 +312,7 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
             tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / "m", rules + f'[tokenize]\ntokenizer = "{path}"\n'
         )
     )
-    run_job(job, use_ray=False)
+    stats = run_job(job, use_ray=False)
     tokenizer = TextTokenizer(path, END_OF_TEXT)
     tokens = pq.read_table(tmp_path / "m" / "tokens" / "shards").to_pylist()
     decoded = {row["doc_id"]: tokenizer.decode(row["tokens"][:-1]) for row in tokens}
@@ -327,6 +327,11 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
     combined = {"line_dedup": line_dedup.summarize([line_dedup.accumulate(DocumentBatch.from_table(documents))])}
     expected = dict(zip(documents.column("id").to_pylist(), training_texts(job, documents, combined), strict=True))
     assert decoded == {doc_id: expected[doc_id] for doc_id in decoded}
+    # the pages line dedup empties (every line in 3+ pages: the sample's exact copies) are counted, not written
+    emptied = {doc_id for doc_id, text in expected.items() if not text.strip()}
+    assert len(emptied) == stats["tokens"]["emptied_by_modifiers"] > 0 and set(decoded) == set(expected) - emptied
+    manifest = json.loads((tmp_path / "m" / "tokens" / "manifest.json").read_text())
+    assert (manifest["documents"], manifest["emptied_by_modifiers"]) == (len(decoded), len(emptied))
     stored = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))
     assert sum(decoded[doc_id] != stored[doc_id] for doc_id in decoded) > len(decoded) // 2  # C4 cut most pages
 

@@ -19,14 +19,16 @@ from corpus.rulebook import content_sha256, load_once
 from corpus.stages.tokenize import TextTokenizer, tokenize_documents
 from corpus.text.batch import DocumentBatch, stable_hashes
 
+TOKENS_VERSION = 2  # in the tokenize tasks' key; 1 wrote a document its modifiers emptied as a lone separator
+
 
 def tokenize_tasks(job: Job, shards: list[Shard], selection_keys: dict[str, str], bucket_of: dict) -> list[Task]:
     """A task per shard, skipped when the tokenizer, its options and the shard's selection match its report;
     `bucket_of`: each shard's corpus-rule bucket (its summaries feed the corpus modifiers)."""
     options = job.tokenize
-    common = (content_sha256(options.tokenizer), options.model_dump(), job.name)
+    common = ("tokens", TOKENS_VERSION, content_sha256(options.tokenizer), options.model_dump(), job.name)
     return [
-        Task("tokenize", s.id, cache_key("tokens", *common, selection_keys[s.id]), marker("tokens/shards", s.id), s,
+        Task("tokenize", s.id, cache_key(*common, selection_keys[s.id]), marker("tokens/shards", s.id), s,
              (("bucket", bucket_of[s.id][0]),) if s.id in bucket_of else ())
         for s in shards
     ]  # fmt: skip
@@ -70,7 +72,8 @@ def tokenize_shard(job: Job, task: Task, context: Context) -> dict:
     tokenizer = load_once(TextTokenizer, options.tokenizer, options.separator)
     kept = folder.read_table(selection_path(shard.id), columns=["kept"]).column("kept").to_numpy()
     combined = combined_summaries(job, task.param("bucket")) if corpus_rules(job) else {}
-    tables = _token_tables(job, shard, kept, tokenizer, combined)
+    emptied = {"documents": 0}
+    tables = _token_tables(job, shard, kept, tokenizer, combined, emptied)
     if options.shuffle_seed is None:
         folder.remove(f"tokens/shards/{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")
         files = _write_token_files(folder, f"tokens/shards/{shard.id}", tables, options.tokens_per_shard)
@@ -82,6 +85,7 @@ def tokenize_shard(job: Job, task: Task, context: Context) -> dict:
         "files": files,
         "documents": sum(f["rows"] for f in files),
         "tokens": sum(f.get("tokens", 0) for f in files),  # shuffled: counted by the bucket tasks
+        "emptied": emptied["documents"],
     }
 
 
@@ -102,6 +106,7 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
             "files": files,
             "documents": sum(f["rows"] for f in files),
             "tokens": sum(f["tokens"] for f in files),
+            "emptied_by_modifiers": sum(report.get("emptied", 0) for report in reports),
             "tokenizer": {
                 "path": options.tokenizer,
                 "kind": tokenizer.kind,
@@ -121,18 +126,25 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
     )
 
 
-def _token_tables(job: Job, shard: Shard, kept, tokenizer, combined):
-    """The shard's selected documents as token rows, a table per row group of `row_group_documents` documents."""
+def _token_tables(job: Job, shard: Shard, kept, tokenizer, combined, emptied: dict):
+    """The shard's selected documents as token rows, a table per row group of `row_group_documents` documents;
+    a document whose training text the modifiers emptied (every line a duplicate, say) is not written, only
+    counted in `emptied`."""
     options = job.tokenize
     row = 0
     columns = ["id", "text", "url", "domain", "lang", "lang_score"]
     for table in documents_folder(job).iter_batches(documents_path(shard.id), options.row_group_documents, columns):
         chosen = table.filter(pa.array(kept[row : row + table.num_rows]))
         row += table.num_rows
-        if chosen.num_rows:
+        if not chosen.num_rows:
+            continue
+        texts = training_texts(job, chosen, combined)
+        has_text = np.array([bool(text.strip()) for text in texts], np.bool_)
+        emptied["documents"] += int((~has_text).sum())
+        if has_text.any():
             yield tokenize_documents(
-                chosen.column("id").combine_chunks(),
-                training_texts(job, chosen, combined),
+                chosen.column("id").combine_chunks().filter(pa.array(has_text)),
+                [text for text, keep in zip(texts, has_text, strict=True) if keep],
                 tokenizer,
                 options.variant or job.name,
             ).table
