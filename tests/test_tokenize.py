@@ -332,6 +332,9 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
     assert len(emptied) == stats["tokens"]["emptied_by_modifiers"] > 0 and set(decoded) == set(expected) - emptied
     manifest = json.loads((tmp_path / "m" / "tokens" / "manifest.json").read_text())
     assert (manifest["documents"], manifest["emptied_by_modifiers"]) == (len(decoded), len(emptied))
+    shuffle = f'[tokenize]\ntokenizer = "{path}"\nshuffle_seed = 1\nshuffle_buckets = 2\n'
+    shuffled = write_job(tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / "s", rules + shuffle, "shuffled")
+    assert run_job(load_job(shuffled), use_ray=False)["tokens"] == stats["tokens"] | {"files": 2}
     stored = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))
     assert sum(decoded[doc_id] != stored[doc_id] for doc_id in decoded) > len(decoded) // 2  # C4 cut most pages
 

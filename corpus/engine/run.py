@@ -304,6 +304,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         tasks = tokens_phase.tokenize_tasks(selecting, shards, selection_keys, bucket_of)
         tokenize_failed: dict[str, str] = {}
         tokenized = run_phase(runner, selecting, tasks, tokenize_failed)
+        emptied = sum(report["emptied"] for report in tokenized.values())  # shuffled, the buckets do not know
         failed.update(tokenize_failed)
         if options.tokenize.shuffle_seed is not None and not tokenize_failed:
             buckets = tokens_phase.bucket_tasks(selecting, list(tokenized.values()), plan_key)
@@ -312,11 +313,13 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
             failed.update(bucket_failed)
             if not bucket_failed:
                 folder.remove("tokens/buckets")  # merged into token shards; a rerun's tasks are done by their markers
-        tokens_phase.write_token_manifest(selecting, list(tokenized.values()), thresholds)
+        tokens_phase.write_token_manifest(selecting, list(tokenized.values()), thresholds, emptied)
         clock.lap("tokenize")
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
     stats = summarize(options, ordered, selections, failed, time.perf_counter() - started, thresholds, tokenized)
+    if tokenized is not None:
+        stats["tokens"]["emptied_by_modifiers"] = emptied
     stats["runners"] = {"extract": runners.where(extractor), "select onwards": runners.where(runner)}
     stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where
     folder.write_json(STATS, stats)

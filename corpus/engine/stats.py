@@ -112,7 +112,6 @@ def summarize(
                 "documents": sum(r["documents"] for r in tokenized.values()),
                 "tokens": sum(r["tokens"] for r in tokenized.values()),
                 "files": sum(len(r["files"]) for r in tokenized.values()),
-                "emptied_by_modifiers": sum(r.get("emptied", 0) for r in tokenized.values()),
             }
             if tokenized is not None
             else None

@@ -89,8 +89,9 @@ def tokenize_shard(job: Job, task: Task, context: Context) -> dict:
     }
 
 
-def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> None:
-    """`tokens/manifest.json`: every token file with its counts, the totals, the tokenizer and the selection."""
+def write_token_manifest(job: Job, reports: list[dict], thresholds: list, emptied: int) -> None:
+    """`tokens/manifest.json`: every token file with its counts, the totals (and `emptied` documents not written),
+    the tokenizer and the selection."""
     folder = RunFolder(job.output)
     options = job.tokenize
     tokenizer = load_once(TextTokenizer, options.tokenizer, options.separator)
@@ -106,7 +107,7 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list) -> Non
             "files": files,
             "documents": sum(f["rows"] for f in files),
             "tokens": sum(f["tokens"] for f in files),
-            "emptied_by_modifiers": sum(report.get("emptied", 0) for report in reports),
+            "emptied_by_modifiers": emptied,
             "tokenizer": {
                 "path": options.tokenizer,
                 "kind": tokenizer.kind,
