@@ -405,9 +405,12 @@ def _leave_one_out(tmp_path, quoted_id: str):
     variants = summary["variants"]
     # On the sample, the pages the language rule drops fail Gopher's stop-word rule too: leaving it out alone
     # changes nothing (the report flags such a variant as trained on the same documents).
-    kept = {name: variant["documents"] for name, variant in variants.items()}
+    kept = {name: variant["selected"] for name, variant in variants.items()}
     assert kept["without_language"] == kept["without_gopher_repetition"] == kept["without_modify_c4"] == kept["all"]
     assert kept["without_gopher_quality"] > kept["all"] and kept["without_dedup_exact"] > kept["all"]
+    # ... but the pages only Gopher's quality rule drops are pages C4's line removal empties: not written
+    written = {name: variant["documents"] for name, variant in variants.items()}
+    assert written["without_gopher_quality"] == written["all"] == kept["all"]
     assert variants["without_modify_c4"]["tokens"] > variants["all"]["tokens"]  # the same documents, uncut
     # The quoted page shares 13-grams with the task's first item (and so do the sample's pages that repeat its
     # sentences): excluded from every variant, and counted.

@@ -321,7 +321,8 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
         summary["variants"][name] = {
             "description": ablation.descriptions[name],
             "unit": ablation.units.get(name),
-            "documents": manifest["documents"],
+            "selected": len(kept_ids),
+            "documents": manifest["documents"],  # written: those the modifiers emptied are not
             "tokens": manifest["tokens"],
             "modifiers": job.tokenize.modifiers,
             "contamination_removed": contamination_removed(selection, overlap, scored),
