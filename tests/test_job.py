@@ -93,6 +93,25 @@ def test_mistakes_name_the_file_and_the_key(tmp_path, body, message):
     assert message in str(caught.value)
 
 
+def test_an_exclusion_file_without_ids_is_refused_at_load_not_after_extraction(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"doc": ["a"]}), tmp_path / "takedowns.parquet")
+    (tmp_path / "broken.parquet").write_bytes(b"hello")
+    with pytest.raises(JobError, match=r"key 'exclude': .*takedowns.parquet has no `id` column \(its columns: doc\); "
+                       r"give the ids of the documents to drop in a column named id$"):  # fmt: skip
+        load_job(job_file(tmp_path, 'exclude = "takedowns.parquet"\n'))
+    with pytest.raises(
+        JobError, match=r"key 'exclude': cannot read .*broken.parquet as Parquet: Parquet file size is 5"
+    ):
+        load_job(job_file(tmp_path, 'exclude = "broken.parquet"\n'))
+    pq.write_table(pa.table({"id": ["a"]}), tmp_path / "takedowns.parquet")
+    assert load_job(job_file(tmp_path, 'exclude = "takedowns.parquet"\n')).exclude == str(
+        tmp_path / "takedowns.parquet"
+    )
+
+
 def test_a_language_model_that_is_no_fasttext_classifier_is_named(tmp_path):
     (tmp_path / "notes.ftz").write_text("a text file, not a model\n")
     path = job_file(tmp_path, "[extract]\nlid_model = 'notes.ftz'\n")

@@ -208,6 +208,24 @@ def _check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> Non
             )
 
 
+def _check_exclusions(exclude: str, path: Path) -> None:
+    """The exclusion file is Parquet with an `id` column: refused at load, not after a crawl's extraction."""
+    import pyarrow.parquet as pq
+
+    from corpus.engine.input_stream import InputStream  # the engine imports this module
+
+    try:
+        with InputStream(exclude) as stream:
+            columns = pq.ParquetFile(stream).schema_arrow.names
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise JobError(f"{path}: key 'exclude': cannot read {exclude} as Parquet: {exc}") from None
+    if "id" not in columns:
+        raise JobError(
+            f"{path}: key 'exclude': {exclude} has no `id` column (its columns: {', '.join(columns) or 'none'}); "
+            "give the ids of the documents to drop in a column named id"
+        )
+
+
 def read_toml(path: Path) -> tuple[dict, bytes]:
     """A TOML file's contents and its bytes (for the hash runs record)."""
     try:
@@ -249,6 +267,7 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
         exclude = _resolve_path(job.exclude, path.parent)
         if "://" not in exclude and not Path(exclude).is_file():
             raise JobError(f"{path}: key 'exclude': no such file {exclude!r}")
+        _check_exclusions(exclude, path)
         job = job.model_copy(update={"exclude": exclude})
     if job.extract.lid_model:
         lid = _resolve_path(job.extract.lid_model, path.parent)
