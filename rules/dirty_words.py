@@ -91,6 +91,12 @@ class DirtyWords(Rule):
             )
         if not os.path.isdir(options.lists) or not any(entry.is_file() for entry in os.scandir(options.lists)):
             raise ValueError(f"`lists` = {options.lists!r} is not a folder of word lists named by language code")
+        for entry in os.scandir(options.lists):  # each list read now, not by the first shard with its language
+            if entry.is_file():
+                try:
+                    _automaton(options.lists, entry.name)
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise ValueError(f"cannot read the word list {entry.path}: {exc}; give UTF-8 text") from None
 
     def compute(self, docs: DocumentBatch) -> dict:
         lists = self.options.lists

@@ -176,17 +176,37 @@ class Url(Rule):
         "dropped_domain": {"max": False},
     }
 
-    def _url_list_source(self) -> tuple[str, str]:
-        if self.options.blocklist_urls:
-            return self.options.blocklist_urls, "urls"
-        if self.options.blocklist.endswith((".tar.gz", ".tgz", ".tar")):
-            return self.options.blocklist, "urls"
+    @staticmethod
+    def _url_list_source(options) -> tuple[str, str]:
+        if options.blocklist_urls:
+            return options.blocklist_urls, "urls"
+        if options.blocklist.endswith((".tar.gz", ".tgz", ".tar")):
+            return options.blocklist, "urls"
         return "", "urls"
+
+    @classmethod
+    def check(cls, options) -> None:
+        """Every list read once at job load (the blocklist's hashes land in the cache the workers read), so a bad
+        file is named now, not in every shard after its first batch."""
+        for path, member in ((options.blocklist, "domains"), cls._url_list_source(options)):
+            try:
+                hashed_list(path, member)
+            except (OSError, ValueError, tarfile.TarError) as exc:
+                reason = str(exc).splitlines()[0].rstrip(":")
+                raise ValueError(
+                    f"cannot read the blocklist {path}: {reason}; give UT1's tarball (members domains and urls) or "
+                    "a file of domains, one a line"
+                ) from None
+        for path in (options.banned_words, options.soft_banned_words, options.banned_subwords):
+            try:
+                word_list(path)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read the word list {path}: {exc}; give UTF-8 text, one word a line") from None
 
     def compute(self, docs: DocumentBatch) -> dict:
         o = self.options
         domains = hashed_list(o.blocklist, "domains")
-        urls = hashed_list(*self._url_list_source())
+        urls = hashed_list(*self._url_list_source(o))
         dropped = sorted_unique(stable_hashes([d.lower() for d in o.drop_domains]))
         banned, soft, subwords = (
             word_list(o.banned_words),

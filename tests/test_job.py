@@ -112,6 +112,24 @@ def test_an_exclusion_file_without_ids_is_refused_at_load_not_after_extraction(t
     )
 
 
+def test_a_rule_list_that_cannot_be_read_is_refused_at_load_naming_it(tmp_path):
+    (tmp_path / "ut1.tar.gz").write_bytes(b"not a tarball")
+    (tmp_path / "words.txt").write_bytes(b"\xff\xfe latin-1 words")
+    (tmp_path / "ldnoobw").mkdir()
+    (tmp_path / "ldnoobw" / "en").write_text("badword\n")
+    (tmp_path / "ldnoobw" / "de").write_bytes(b"schlecht\xff\n")
+    for body, said in (
+        ('[rules.url]\nblocklist = "ut1.tar.gz"\n', r"key 'rules.url': cannot read the blocklist .*ut1.tar.gz: file "
+         r"could not be opened successfully; give UT1's tarball \(members domains and urls\) or a file of domains"),
+        ('[rules.url]\nbanned_words = "words.txt"\n', r"key 'rules.url': cannot read the word list .*words.txt: "
+         r"'utf-8' codec can't decode byte 0xff in position 0: invalid start byte; give UTF-8 text, one word a line$"),
+        ('[annotate]\nrules = ["language", "dirty_words"]\n[rules.dirty_words]\nlists = "ldnoobw"\n',
+         r"key 'rules.dirty_words': cannot read the word list .*ldnoobw/de: 'utf-8' codec can't decode"),
+    ):  # fmt: skip
+        with pytest.raises(JobError, match=said):
+            load_job(job_file(tmp_path, body))
+
+
 def test_a_language_model_that_is_no_fasttext_classifier_is_named(tmp_path):
     (tmp_path / "notes.ftz").write_text("a text file, not a model\n")
     path = job_file(tmp_path, "[extract]\nlid_model = 'notes.ftz'\n")
