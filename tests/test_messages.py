@@ -30,6 +30,9 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_seconds(tmp_path, mon
     ray.shutdown()  # a cluster an earlier test left in this process would be used instead
     address = f"127.0.0.1:{_free_port()}"
     monkeypatch.setenv("RAY_ADDRESS", address)
+    # the run sets RAY_AUTH_MODE where a token file exists: recorded as absent (setenv, then delenv) to be undone
+    monkeypatch.setenv("RAY_AUTH_MODE", "")
+    monkeypatch.delenv("RAY_AUTH_MODE")
     job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out")
     started = time.perf_counter()
     assert main(["run", str(job)]) == 2
