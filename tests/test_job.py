@@ -68,6 +68,15 @@ def job_file(tmp_path: Path, body: str) -> Path:
             "key 'select.gopher_quality.words': min_quantile 0.9 is above max_quantile 0.1: no document could pass",
         ),
         (
+            "[rules.language]\nlanguages = ['english']\n",
+            "key 'rules.language.languages': 'english' is not a language the language-ID model answers; did you mean "
+            "'en'? it answers lower-case codes such as en, de, fr, es, zh (176 in all)",
+        ),
+        (
+            "[extract]\nprepass_languages = ['en', 'DE']\n",
+            "key 'extract.prepass_languages': 'DE' is not a language the language-ID model answers; did you mean 'de'?",
+        ),
+        (
             "[dedup]\nsteps = ['exact', 'minhash', 'exact']\n",
             "key 'dedup': steps ['exact'] listed twice: a step finds nothing the second time; list each once",
         ),

@@ -280,6 +280,7 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
                 raise JobError(f"{path}: key 'extract.lid_model': {exc}") from None
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
+    _check_languages(job, rule_settings, path)
     inputs = _expand_inputs(job, path)
     _check_dataset_columns(job, path, inputs)
     return job.model_copy(
@@ -293,6 +294,30 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
             "resolved_inputs": inputs,
         }
     )
+
+
+def _check_languages(job: Job, rule_settings: tuple, path: Path) -> None:
+    """The languages a job keeps are codes its language-ID model answers: one it never answers ('english', 'EN')
+    would drop every page."""
+    language = dict(rule_settings).get("language")
+    asked = {
+        "extract.prepass_languages": job.extract.prepass_languages,
+        "rules.language.languages": language["languages"] if language else [],
+    }
+    if not any(asked.values()):
+        return
+    from corpus.stages.extract import LanguageIdentifier
+
+    labels = LanguageIdentifier(job.extract.lid_model).model.labels
+    for key, codes in asked.items():
+        unknown = [code for code in codes if code not in labels]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0].lower(), labels, n=1) or [unknown[0].lower()[:2]]
+            hint = f"did you mean {close[0]!r}? " if close[0] in labels else ""
+            raise JobError(
+                f"{path}: key '{key}': {', '.join(map(repr, unknown))} is not a language the language-ID model "
+                f"answers; {hint}it answers lower-case codes such as en, de, fr, es, zh ({len(labels)} in all)"
+            )
 
 
 def default_rule_order(registry: dict) -> list[str]:
