@@ -102,6 +102,11 @@ def test_mistakes_name_the_file_and_the_key(tmp_path, body, message):
     assert message in str(caught.value)
 
 
+def test_a_datasets_own_language_codes_are_not_checked_against_the_language_model(tmp_path):
+    body = '[dataset]\nlang = "language"\n[rules.language]\nlanguages = ["eng"]\n'
+    assert dict(load_job(job_file(tmp_path, body)).rule_settings)["language"]["languages"] == ["eng"]
+
+
 def test_an_exclusion_file_without_ids_is_refused_at_load_not_after_extraction(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -298,11 +298,11 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
 
 def _check_languages(job: Job, rule_settings: tuple, path: Path) -> None:
     """The languages a job keeps are codes its language-ID model answers: one it never answers ('english', 'EN')
-    would drop every page."""
+    would drop every page. A dataset's own `lang` column may use other codes: the rule's are not checked then."""
     language = dict(rule_settings).get("language")
     asked = {
         "extract.prepass_languages": job.extract.prepass_languages,
-        "rules.language.languages": language["languages"] if language else [],
+        "rules.language.languages": language["languages"] if language and not job.dataset.lang else [],
     }
     if not any(asked.values()):
         return
