@@ -485,6 +485,8 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     out = capsys.readouterr().out
     assert "wider" in out and "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in out
     assert "without_language trained on exactly the documents of all" in out
+    # its 55 more selected pages are all emptied by C4's line removal: the same training data, and said so
+    assert "without_gopher_quality trained on exactly the documents of all" in out
     assert "without_modify_c4 trained on" not in out  # the same documents, but their text cut differently
     assert main(["ablate", "report", str(folder), "--metrics", "nothing.*"]) == 2
     assert "no results file" in capsys.readouterr().err

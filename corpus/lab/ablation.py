@@ -231,7 +231,7 @@ def _variant_job(ablation: Ablation, name: str, folder: RunFolder, tokenizer_pat
     )
 
 
-def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[str], tokenizer_path: str) -> dict:
+def _provenance(ablation: Ablation, name: str, manifest: dict, written_ids: list[str], tokenizer_path: str) -> dict:
     selection = {
         "thresholds": manifest["selection"]["thresholds"],
         "dedup": manifest["selection"]["dedup"],
@@ -242,7 +242,7 @@ def _provenance(ablation: Ablation, name: str, manifest: dict, kept_ids: list[st
         "job_sha256": ablation.source_sha256,
         "selection": json.dumps(selection, sort_keys=True),
         "manifest_sha256": hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest(),
-        "documents_sha256": hashlib.sha256("\n".join(kept_ids).encode()).hexdigest(),
+        "documents_sha256": hashlib.sha256("\n".join(written_ids).encode()).hexdigest(),
         "tokenizer_sha256": content_sha256(tokenizer_path),
         "code_version": _code_version(),
         "baseline": name == ablation.baseline,
@@ -316,13 +316,17 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
         selection = variant_folder.read_folder("selection", columns=["id", "kept", "first_failure"])
         manifest = variant_folder.read_json("tokens/manifest.json")
         counts.append(_variant_counts(name, selection, overlap, manifest["tokens"]))
-        kept_ids = sorted(pc.filter(selection.column("id"), selection.column("kept")).to_pylist())
-        selected[name] = (job, manifest, kept_ids)
+        # what it trains on: the documents written (a selected one its modifiers emptied is not), so two variants
+        # whose selections differ only by such documents are told apart from the data as the same data
+        written_ids = sorted(
+            variant_folder.read_folder("tokens/shards", columns=["doc_id"]).column("doc_id").to_pylist()
+        )
+        selected[name] = (job, manifest, written_ids)
         summary["variants"][name] = {
             "description": ablation.descriptions[name],
             "unit": ablation.units.get(name),
-            "selected": len(kept_ids),
-            "documents": manifest["documents"],  # written: those the modifiers emptied are not
+            "selected": pc.sum(selection.column("kept")).as_py(),
+            "documents": manifest["documents"],  # written
             "tokens": manifest["tokens"],
             "modifiers": job.tokenize.modifiers,
             "contamination_removed": contamination_removed(selection, overlap, scored),
@@ -386,8 +390,8 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
             writer.write(pa.concat_tables([VARIANT_COUNTS.empty_table(), *counts]))
         steps = _plan_budget(ablation, selected, summary, log) if selected else {}
         specs = []
-        for name, (job, manifest, kept_ids) in selected.items():
-            provenance = _provenance(ablation, name, manifest, kept_ids, tokenizer_path)
+        for name, (job, manifest, written_ids) in selected.items():
+            provenance = _provenance(ablation, name, manifest, written_ids, tokenizer_path)
             scoring = {"references": references, "tasks": tasks}
             specs += _run_specs(ablation, name, job, provenance, steps, scoring, tokenizer.vocab_size)
 
