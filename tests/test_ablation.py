@@ -411,6 +411,10 @@ def _leave_one_out(tmp_path, quoted_id: str):
     # ... but the pages only Gopher's quality rule drops are pages C4's line removal empties: not written
     written = {name: variant["documents"] for name, variant in variants.items()}
     assert written["without_gopher_quality"] == written["all"] == kept["all"]
+    counted = {row["reason"]: row for row in pq.read_table(tmp_path / "loo" / "variants.parquet").to_pylist()
+               if row["variant"] == "without_gopher_quality"}  # fmt: skip
+    assert counted["kept"]["documents"] == written["all"]
+    assert counted["modifiers"]["documents"] == kept["without_gopher_quality"] - written["all"]
     assert variants["without_modify_c4"]["tokens"] > variants["all"]["tokens"]  # the same documents, uncut
     # The quoted page shares 13-grams with the task's first item (and so do the sample's pages that repeat its
     # sentences): excluded from every variant, and counted.

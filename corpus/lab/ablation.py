@@ -163,10 +163,12 @@ VARIANT_COUNTS = pa.schema(
 MODIFIED = "modifiers"  # the tokens a variant's modifiers cut from the text it kept
 
 
-def _variant_counts(name: str, selection: pa.Table, documents: pa.Table, trained_tokens: int) -> pa.Table:
+def _variant_counts(
+    name: str, selection: pa.Table, documents: pa.Table, trained_tokens: int, trained_documents: int
+) -> pa.Table:
     """`VARIANT_COUNTS`: documents and tokens a variant kept and dropped per first reason (of the extracted text,
-    a separator each, as `documents` counts them by id); the tokens its modifiers cut count as `modifiers`, so
-    `kept` is what it trains on. Kept first, then by tokens."""
+    a separator each, as `documents` counts them by id); the tokens its modifiers cut, and the documents they
+    emptied, count as `modifiers`, so `kept` is what it trains on. Kept first, then by tokens."""
     reason = pc.if_else(selection.column("kept"), "kept", selection.column("first_failure"))
     joined = pa.table({"id": selection.column("id"), "reason": reason}).join(
         documents.select(["id", "tokens"]), "id", join_type="left outer"
@@ -176,9 +178,10 @@ def _variant_counts(name: str, selection: pa.Table, documents: pa.Table, trained
         {"reason": r["reason"], "documents": r["id_count"], "tokens": r["tokens_sum"] or 0} for r in grouped.to_pylist()
     ]
     kept = next((row for row in rows if row["reason"] == "kept"), None)
-    if kept is not None and kept["tokens"] != trained_tokens:
-        rows.append({"reason": MODIFIED, "documents": 0, "tokens": kept["tokens"] - trained_tokens})
-        kept["tokens"] = trained_tokens
+    if kept is not None and (kept["tokens"], kept["documents"]) != (trained_tokens, trained_documents):
+        cut = {"documents": kept["documents"] - trained_documents, "tokens": kept["tokens"] - trained_tokens}
+        rows.append({"reason": MODIFIED, **cut})
+        kept.update(documents=trained_documents, tokens=trained_tokens)
     rows.sort(key=lambda row: (row["reason"] != "kept", -row["tokens"]))
     return pa.Table.from_pylist([{"variant": name, **row} for row in rows], schema=VARIANT_COUNTS)
 
@@ -315,7 +318,7 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
         variant_folder = RunFolder(job.output)
         selection = variant_folder.read_folder("selection", columns=["id", "kept", "first_failure"])
         manifest = variant_folder.read_json("tokens/manifest.json")
-        counts.append(_variant_counts(name, selection, overlap, manifest["tokens"]))
+        counts.append(_variant_counts(name, selection, overlap, manifest["tokens"], manifest["documents"]))
         # what it trains on: the documents written (a selected one its modifiers emptied is not), so two variants
         # whose selections differ only by such documents are told apart from the data as the same data
         written_ids = sorted(
