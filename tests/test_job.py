@@ -107,6 +107,19 @@ def test_a_datasets_own_language_codes_are_not_checked_against_the_language_mode
     assert dict(load_job(job_file(tmp_path, body)).rule_settings)["language"]["languages"] == ["eng"]
 
 
+def test_a_glob_takes_the_files_it_matches_not_the_folders(tmp_path):
+    import shutil
+
+    (tmp_path / "crawl" / "notes").mkdir(parents=True)
+    shutil.copy(SAMPLE_PATH, tmp_path / "crawl" / "a.warc.gz")
+    job = tmp_path / "glob.toml"
+    job.write_text(f'name = "t"\ninputs = ["{tmp_path}/crawl/*"]\noutput = "out"\n')
+    assert load_job(job).resolved_inputs == (str(tmp_path / "crawl" / "a.warc.gz"),)
+    job.write_text(f'name = "t"\ninputs = ["{tmp_path}/crawl/n*"]\noutput = "out"\n')
+    with pytest.raises(JobError, match=r"key 'inputs': the glob '.*/crawl/n\*' matches no file$"):
+        load_job(job)
+
+
 def test_an_exclusion_file_without_ids_is_refused_at_load_not_after_extraction(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

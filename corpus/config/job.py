@@ -129,15 +129,22 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
         if any(ch in entry for ch in "*?["):
             try:
                 fs, _, _ = fsspec.get_fs_token_paths(entry)
-                matches = sorted(fs.glob(entry))
+                found = fs.glob(entry, detail=True)
             except Exception as exc:  # noqa: BLE001 - a store's own kinds (botocore's are not OSError)
                 from corpus.engine.stores import store_refusal
 
                 raise JobError(f"{path}: key 'inputs': cannot list {entry}: {store_refusal(exc) or exc}") from exc
-            if not matches:
-                raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
             protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
-            resolved += [m if protocol == "file" else f"{protocol}://{m}" for m in matches]
+            matched: list[str] = []
+            for match in sorted(found):
+                if found[match].get("type") != "directory":
+                    matched.append(match if protocol == "file" else f"{protocol}://{match}")
+                elif protocol == "file" and _is_hugging_face_folder(Path(match)):
+                    matched += _hugging_face_files(Path(match), path)
+                # any other folder a glob meets is not an input: a glob names files
+            if not matched:
+                raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
+            resolved += matched
         elif "://" not in entry and Path(entry).is_dir():
             resolved += _hugging_face_files(Path(entry), path)
         elif "://" not in entry and not Path(entry).is_file():
@@ -147,6 +154,10 @@ def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
     if job.max_inputs:
         resolved = resolved[: job.max_inputs]
     return tuple(dict.fromkeys(resolved))  # drop repeats, keep order
+
+
+def _is_hugging_face_folder(folder: Path) -> bool:
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
 def _hugging_face_files(folder: Path, path: Path) -> list[str]:
