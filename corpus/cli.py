@@ -109,6 +109,8 @@ def _run(args: argparse.Namespace) -> int:
         for number, handler in handlers.items():
             signal.signal(number, handler)
     console.print(summary_table(stats))
+    for warning in stats["warnings"]:
+        console.print(f"[yellow]warning: {escape(warning)}", soft_wrap=True)
     for source, error in stats["failed_shards"].items():  # whole lines: a path or message to copy, unwrapped
         console.print(f"[red]failed shard {escape(source)}: {escape(error)}", soft_wrap=True)
     if stats["failed_shards"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import signal
@@ -83,6 +84,15 @@ def test_a_number_out_of_range_on_the_command_line_is_one_line_naming_the_flag(c
             main(argv.split())
         assert exited.value.code == 2
         assert capsys.readouterr().err.endswith(f"{said}\n")
+
+
+def test_a_threshold_every_document_fails_is_named_as_a_likely_mistake(tmp_path, capsys):
+    job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", "[select.language]\nscore.min = 65\n")
+    assert main(["run", str(job), "--no-ray"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("warning: language.score.min = 65 fails every one of the 280 documents: check its value\n")
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["warnings"] == ["language.score.min = 65 fails every one of the 280 documents: check its value"]
 
 
 def test_a_failed_write_says_what_to_do_by_its_cause():

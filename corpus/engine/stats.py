@@ -32,6 +32,21 @@ def _dedup_summary(job: Job, counts: StageCounts | None) -> dict | None:
     return summary
 
 
+EVERY_DOCUMENT_MIN = 20  # under this many documents, one threshold failing all of them says little
+
+
+def _thresholds_failing_everything(thresholds: list, failing: Counter, select: StageCounts | None) -> list[str]:
+    """A threshold that every selected document fails is most likely a mistake in its value (a percentage where a
+    fraction is meant): said, not left to be found in an empty corpus."""
+    if select is None or select.received < EVERY_DOCUMENT_MIN:
+        return []
+    return [
+        f"{t.reason} = {t.value} fails every one of the {select.received:,} documents: check its value"
+        for t in thresholds
+        if failing[t.reason] == select.received
+    ]
+
+
 def summarize(
     job: Job,
     reports: list[dict],
@@ -107,6 +122,7 @@ def summarize(
             for threshold in thresholds
         },
         "dedup": _dedup_summary(job, stages.get("dedup")),
+        "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select")),
         "tokens": (
             {
                 "documents": sum(r["documents"] for r in tokenized.values()),
