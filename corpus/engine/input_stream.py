@@ -62,7 +62,8 @@ def _explained(exc: BaseException, attempts: int, seconds: float) -> BaseExcepti
     status = getattr(failure, "status", None)
     said = f"HTTP {status} {failure.message}".strip() if status else str(failure)
     if not _retryable(exc):  # a 404, 403, ...: the answer will not change
-        return (PermissionError if status in (401, 403) else FileNotFoundError)(said)
+        kind = FileNotFoundError if status in (404, 410) else PermissionError if status in (401, 403) else OSError
+        return kind(said)
     return InputUnavailable(f"{said} ({attempts} attempts over {seconds:.1f} s)")
 
 
