@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from corpus.config.job import Job, JobError, _format_error, _resolve_path, job_from_data, load_job, read_toml
+from corpus.config.inputs import resolve_path
+from corpus.config.job import Job, JobError, _format_error, job_from_data, load_job, read_toml
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
 from corpus.rulebook import load_once
 from corpus.stages.options import StageOptions
@@ -267,27 +268,27 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     spec, auto = validated_spec(path, data)
     references = {}
     for i, reference in enumerate(spec.references):
-        resolved = _resolve_path(reference.path, path.parent)
+        resolved = resolve_path(reference.path, path.parent)
         if not Path(resolved).exists():
             raise JobError(f"{path}: key 'references.{i}.path': no such file or folder {resolved!r}")
         references[reference.name] = resolved
     folder = ""
     if spec.evaluation.tasks:
         try:
-            folder = tasks_folder(_resolve_path(spec.evaluation.data, path.parent) if spec.evaluation.data else "")
+            folder = tasks_folder(resolve_path(spec.evaluation.data, path.parent) if spec.evaluation.data else "")
             check_tasks(spec.evaluation.tasks, folder)
         except TaskError as exc:
             raise JobError(f"{path}: key 'evaluation.tasks': {exc}") from None
-    tokenizer = _resolve_path(spec.tokenizer.path, path.parent) if spec.tokenizer.path else ""
+    tokenizer = resolve_path(spec.tokenizer.path, path.parent) if spec.tokenizer.path else ""
     if tokenizer:
         try:
             load_once(TextTokenizer, tokenizer, spec.tokenizer.separator)
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenizer.path': {exc}") from None
-    documents_path = Path(_resolve_path(spec.documents, path.parent))
+    documents_path = Path(resolve_path(spec.documents, path.parent))
     documents = load_job(documents_path)
     base_data, _ = read_toml(documents_path)
-    output = _resolve_path(output, Path.cwd()) if output else _resolve_path(spec.output, path.parent)
+    output = resolve_path(output, Path.cwd()) if output else resolve_path(spec.output, path.parent)
     variant_options, units, baseline = dict(spec.variants), {}, spec.baseline
     if auto:
         generated, units, auto_baseline = generated_variants(auto, documents)

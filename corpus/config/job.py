@@ -8,19 +8,19 @@ the file, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import difflib
-import gzip
 import hashlib
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 from pydantic import Field, ValidationError
 
+from corpus.config import JobError
+from corpus.config.inputs import check_dataset_columns, check_exclusions, expand_inputs, resolve_path
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
-from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns, is_text_type
+from corpus.stages.dataset import DatasetOptions
 from corpus.stages.dedup import DedupOptions
 from corpus.stages.extract import ExtractOptions
 from corpus.stages.options import StageOptions
@@ -28,10 +28,6 @@ from corpus.stages.prefilter import PrefilterOptions
 from corpus.stages.read import ReadOptions
 from corpus.stages.tokenize import TextTokenizer, TokenizeOptions, TokenizerError
 from corpus.text.fasttext_model import ModelFileError, check_header
-
-
-class JobError(Exception):
-    """A job file that cannot be run; the message names the file and the key at fault."""
 
 
 class RayOptions(StageOptions):
@@ -95,148 +91,6 @@ def _format_error(path: Path, error: dict) -> str:
     return f"{path}: key '{key}': {error['msg']} (got {error.get('input')!r})"
 
 
-def _resolve_path(entry: str, base: Path) -> str:
-    """Relative local paths are relative to the job file's folder; URLs are left as they are."""
-    if "://" in entry:
-        return entry
-    path = Path(entry).expanduser()
-    return str(path if path.is_absolute() else (base / path).resolve())
-
-
-def _expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
-    base = path.parent
-    entries = [_resolve_path(e, base) for e in job.inputs]
-    if job.inputs_list:
-        from corpus.engine.input_stream import InputStream  # the engine imports this module
-
-        listing = _resolve_path(job.inputs_list, base)
-        try:
-            with InputStream(listing) as fh:
-                raw = fh.read()
-        except (OSError, ValueError) as exc:
-            raise JobError(
-                f"{path}: key 'inputs_list': cannot read {listing}: {exc}; check the address, and that this machine "
-                "reaches it"
-            ) from exc
-        if listing.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        entries += [job.inputs_prefix + line.strip() for line in raw.decode().splitlines() if line.strip()]
-    if not entries:
-        raise JobError(f"{path}: no inputs: set 'inputs' (paths, globs, URLs) or 'inputs_list'")
-
-    resolved: list[str] = []
-    for entry in entries:
-        if any(ch in entry for ch in "*?["):
-            try:
-                fs, _, _ = fsspec.get_fs_token_paths(entry)
-                found = fs.glob(entry, detail=True)
-            except Exception as exc:  # noqa: BLE001 - a store's own kinds (botocore's are not OSError)
-                from corpus.engine.stores import store_refusal
-
-                raise JobError(f"{path}: key 'inputs': cannot list {entry}: {store_refusal(exc) or exc}") from exc
-            protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
-            matched: list[str] = []
-            for match in sorted(found):
-                if found[match].get("type") != "directory":
-                    matched.append(match if protocol == "file" else f"{protocol}://{match}")
-                elif protocol == "file" and _is_hugging_face_folder(Path(match)):
-                    matched += _hugging_face_files(Path(match), path)
-                # any other folder a glob meets is not an input: a glob names files
-            if not matched:
-                raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
-            resolved += matched
-        elif "://" not in entry and Path(entry).is_dir():
-            resolved += _hugging_face_files(Path(entry), path)
-        elif "://" not in entry and not Path(entry).is_file():
-            raise JobError(f"{path}: key 'inputs': no such file {entry!r}")
-        else:
-            resolved.append(entry)
-    if job.max_inputs:
-        resolved = resolved[: job.max_inputs]
-    return tuple(dict.fromkeys(resolved))  # drop repeats, keep order
-
-
-def _is_hugging_face_folder(folder: Path) -> bool:
-    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
-
-
-def _hugging_face_files(folder: Path, path: Path) -> list[str]:
-    """The Arrow files of a dataset folder written by Hugging Face `datasets` (`save_to_disk`), every split's."""
-    if (folder / "dataset_dict.json").is_file():
-        splits = _json_file(folder / "dataset_dict.json", path).get("splits", [])
-        return [file for split in splits for file in _hugging_face_files(folder / split, path)]
-    if (folder / "state.json").is_file():
-        state = _json_file(folder / "state.json", path)
-        return [str(folder / entry["filename"]) for entry in state.get("_data_files", [])]
-    raise JobError(
-        f"{path}: key 'inputs': {folder} is a folder but not a Hugging Face dataset (no state.json or "
-        "dataset_dict.json); name its files, or a glob such as 'folder/*.parquet'"
-    )
-
-
-def _json_file(file: Path, path: Path) -> dict:
-    import json
-
-    try:
-        return json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise JobError(f"{path}: key 'inputs': cannot read {file}: {exc}") from None
-
-
-def _check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> None:
-    """Each local dataset input (and the first remote one) has the columns `[dataset]` maps (JSONL: the first
-    object has the text field); refused at load, with the file and the columns it has. Remote files after the first
-    are checked by their tasks."""
-    from corpus.engine.input_stream import InputStream  # the engine imports this module
-
-    wanted = job.dataset.mapped()
-    remote_checked = False
-    for source in inputs:
-        fmt = dataset_format(source)
-        if fmt is None or ("://" in source and remote_checked):
-            continue
-        remote_checked = remote_checked or "://" in source
-        try:
-            with InputStream(source, decompress=True) as stream:
-                columns = input_columns(stream, fmt)
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise JobError(f"{path}: key 'inputs': cannot read {source} as {fmt}: {exc}") from None
-        # A JSONL line may lack an optional field; its first object must have the text.
-        required = {"text": wanted["text"]} if fmt == "jsonl" else wanted
-        absent = {key: name for key, name in required.items() if name not in columns}
-        if absent:
-            keys = ", ".join(f"dataset.{key} = {name!r}" for key, name in absent.items())
-            raise JobError(
-                f"{path}: {source} has no column for {keys}; its columns are: {', '.join(columns) or 'none'}. "
-                "Set the [dataset] keys to its column names"
-            )
-        text_type = columns[wanted["text"]]
-        if text_type is not None and not is_text_type(text_type):
-            texts = [name for name, type_ in columns.items() if type_ is not None and is_text_type(type_)]
-            raise JobError(
-                f"{path}: key 'dataset.text': column {wanted['text']!r} of {source} holds {text_type}, not text; "
-                f"set dataset.text to a string column (its string columns: {', '.join(texts) or 'none'})"
-            )
-
-
-def _check_exclusions(exclude: str, path: Path) -> None:
-    """The exclusion file is Parquet with an `id` column: refused at load, not after a crawl's extraction."""
-    import pyarrow.parquet as pq
-
-    from corpus.engine.input_stream import InputStream  # the engine imports this module
-
-    try:
-        with InputStream(exclude) as stream:
-            columns = pq.ParquetFile(stream).schema_arrow.names
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise JobError(f"{path}: key 'exclude': cannot read {exclude} as Parquet: {exc}") from None
-    if "id" not in columns:
-        raise JobError(
-            f"{path}: key 'exclude': {exclude} has no `id` column (its columns: {', '.join(columns) or 'none'}); "
-            "give the ids of the documents to drop in a column named id"
-        )
-
-
 def read_toml(path: Path) -> tuple[dict, bytes]:
     """A TOML file's contents and its bytes (for the hash runs record)."""
     try:
@@ -268,20 +122,20 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
     except ValidationError as exc:
         raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
     if job.tokenize.tokenizer:
-        tokenizer = _resolve_path(job.tokenize.tokenizer, path.parent)
+        tokenizer = resolve_path(job.tokenize.tokenizer, path.parent)
         try:
             load_once(TextTokenizer, tokenizer, job.tokenize.separator)  # the driver keeps it for the manifest
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenize.tokenizer': {exc}") from None
         job = job.model_copy(update={"tokenize": job.tokenize.model_copy(update={"tokenizer": tokenizer})})
     if job.exclude:
-        exclude = _resolve_path(job.exclude, path.parent)
+        exclude = resolve_path(job.exclude, path.parent)
         if "://" not in exclude and not Path(exclude).is_file():
             raise JobError(f"{path}: key 'exclude': no such file {exclude!r}")
-        _check_exclusions(exclude, path)
+        check_exclusions(exclude, path)
         job = job.model_copy(update={"exclude": exclude})
     if job.extract.lid_model:
-        lid = _resolve_path(job.extract.lid_model, path.parent)
+        lid = resolve_path(job.extract.lid_model, path.parent)
         if not Path(lid).is_file():
             raise JobError(f"{path}: key 'extract.lid_model': no such file {lid!r}")
         with open(lid, "rb") as fh:
@@ -292,14 +146,14 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
     _check_languages(job, rule_settings, path)
-    inputs = _expand_inputs(job, path)
-    _check_dataset_columns(job, path, inputs)
+    inputs = expand_inputs(job, path)
+    check_dataset_columns(job, path, inputs)
     return job.model_copy(
         update={
             "rule_settings": rule_settings,
             "thresholds": thresholds,
             # --output on the command line is relative to the working directory, like any CLI path.
-            "output": _resolve_path(output, Path.cwd()) if output else _resolve_path(job.output, path.parent),
+            "output": resolve_path(output, Path.cwd()) if output else resolve_path(job.output, path.parent),
             "source_file": str(path.resolve()),
             "source_sha256": source_sha256,
             "resolved_inputs": inputs,
@@ -384,7 +238,7 @@ def resolve_rule_settings(names: list[str] | None, rules: dict[str, dict], path:
         options_model = registry[name].Options
         for field_name, field in options_model.model_fields.items():
             if PATH_OPTION in field.metadata and raw.get(field_name):
-                resolved = _resolve_path(raw[field_name], path.parent)
+                resolved = resolve_path(raw[field_name], path.parent)
                 if not Path(resolved).exists():
                     raise JobError(f"{path}: key 'rules.{name}.{field_name}': no such file {resolved!r}")
                 raw[field_name] = resolved
