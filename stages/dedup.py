@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import numpy as np
 import pyarrow as pa
 from corpus.stages.accounting import StageCounts, StageResult
-from corpus.stages.options import StageOptions
+from corpus.stages.options import StageOptions, repeated
 from numba import njit
 from pydantic import Field, model_validator
 
@@ -72,9 +72,8 @@ class DedupOptions(StageOptions):
 
     @model_validator(mode="after")
     def _steps_have_keys(self) -> DedupOptions:
-        repeated = sorted({step for step in self.steps if self.steps.count(step) > 1})
-        if repeated:
-            raise ValueError(f"steps {repeated} listed twice: a step finds nothing the second time; list each once")
+        if twice := repeated(self.steps):
+            raise ValueError(f"steps {twice} listed twice: a step finds nothing the second time; list each once")
         missing = [step for step in self.steps if step not in self.stored_keys()]
         if missing:
             raise ValueError(f"steps {missing} need their keys stored: add them to dedup.keys")

@@ -21,7 +21,7 @@ from corpus.config.inputs import resolve_path
 from corpus.config.job import Job, JobError, _format_error, job_from_data, load_job, read_toml
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
 from corpus.rulebook import load_once
-from corpus.stages.options import StageOptions
+from corpus.stages.options import StageOptions, repeated
 from corpus.stages.tokenize import END_OF_TEXT, MIN_VOCABULARY, TextTokenizer, TokenizerError
 
 AUTO_VARIANTS = ("leave_one_out", "add_one_in")
@@ -128,10 +128,9 @@ class AblationJob(StageOptions):
     @field_validator("seeds")
     @classmethod
     def _distinct(cls, seeds: list[int]) -> list[int]:
-        repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
-        if repeated:
+        if twice := repeated(seeds):
             raise ValueError(
-                f"seeds {seeds} repeat {', '.join(map(str, repeated))}: a seed twice trains the same run twice and "
+                f"seeds {seeds} repeat {', '.join(map(str, twice))}: a seed twice trains the same run twice and "
                 "adds no evidence; give distinct seeds"
             )
         return seeds
