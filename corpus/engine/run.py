@@ -298,7 +298,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         shards = [shard for shard in shards if shard.id in selections]
         clock.lap("dedup")
 
-    tokenized = None
+    tokenized, emptied = None, 0
     if options.tokenize.tokenizer:
         progress.note(f"tokenize: {counted(len(shards), 'shard')} into token files")
         tasks = tokens_phase.tokenize_tasks(selecting, shards, selection_keys, bucket_of)
@@ -317,9 +317,8 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         clock.lap("tokenize")
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
-    stats = summarize(options, ordered, selections, failed, time.perf_counter() - started, thresholds, tokenized)
-    if tokenized is not None:
-        stats["tokens"]["emptied_by_modifiers"] = emptied
+    wall = time.perf_counter() - started
+    stats = summarize(options, ordered, selections, failed, wall, thresholds, tokenized, emptied)
     stats["runners"] = {"extract": runners.where(extractor), "select onwards": runners.where(runner)}
     stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where
     folder.write_json(STATS, stats)

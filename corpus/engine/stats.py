@@ -55,6 +55,7 @@ def summarize(
     wall_seconds: float,
     thresholds: list,
     tokenized: dict[str, dict] | None = None,
+    emptied: int = 0,
 ) -> dict:
     """Everything a run did, from its shard reports (including shards completed by an earlier attempt) and the
     selection of each shard."""
@@ -128,6 +129,7 @@ def summarize(
                 "documents": sum(r["documents"] for r in tokenized.values()),
                 "tokens": sum(r["tokens"] for r in tokenized.values()),
                 "files": sum(len(r["files"]) for r in tokenized.values()),
+                "emptied_by_modifiers": emptied,  # counted by the shards' tokenize tasks, not by shuffle buckets
             }
             if tokenized is not None
             else None
