@@ -240,7 +240,7 @@ def _report(args: argparse.Namespace) -> int:
         out = f"{run.url}/{name}"
     console = Console(width=None if sys.stdout.isatty() else 120)
     funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
-    units = ["words", "tokens"] if data["funnel"][2]["tokens"] is not None else ["words"]
+    units = ["words", "tokens"] if data["funnel"][-1]["tokens"] is not None else ["words"]
     for column in ("step", "documents", *units):
         funnel.add_column(column, justify="left" if column == "step" else "right")
     for row in data["funnel"]:

@@ -15,6 +15,7 @@ from corpus.stages.schema import RECORDS
 
 from corpus.config.job import JobError, load_job
 from corpus.engine import RunFolder, run_job
+from corpus.report.run_report import load_run, report_data
 from corpus.sample.generate import SAMPLE_PATH, build_sample
 from corpus.text.markup import rough_text
 
@@ -69,6 +70,9 @@ def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path
     full_selection = pq.read_table(full.url + "/selection")
     blocked = full_selection.filter(pa.compute.equal(full_selection.column("first_failure"), "url.blocked_domain.max"))
     assert stored.isdisjoint(blocked.column("id").to_pylist())  # never extracted, never stored
+    steps = [(row["step"], row["documents"]) for row in report_data(load_run(early.url))["funnel"]]
+    read, extracted = early_stats["stages"]["read"]["kept"], early_stats["stages"]["annotate"]["kept"]
+    assert steps[1:4] == [("HTML pages and texts", read), ("before extraction: url", read - 7), ("extracted", extracted)]
 
 
 def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path):

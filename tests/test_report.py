@@ -96,7 +96,7 @@ def test_the_report_numbers_equal_the_runs_stats(sample_run):
     data = report_data(load_run(out))
     funnel = {row["step"]: row["documents"] for row in data["funnel"]}
     assert funnel["records read"] == stats["totals"]["records"] == 880
-    assert funnel["HTML responses"] == stats["stages"]["read"]["kept"]
+    assert funnel["HTML pages and texts"] == stats["stages"]["read"]["kept"]
     assert funnel["extracted"] == stats["stages"]["annotate"]["kept"]
     assert funnel["kept"] == stats["totals"]["kept"] == 148
     steps = [row["step"] for row in data["funnel"]]

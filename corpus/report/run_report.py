@@ -137,7 +137,10 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     stages = view.stats["stages"]
 
     funnel = [{"step": "records read", "documents": view.stats["totals"]["records"], "words": None, "tokens": None}]
-    funnel.append({"step": "HTML responses", "documents": stages["read"]["kept"], "words": None, "tokens": None})
+    funnel.append({"step": "HTML pages and texts", "documents": stages["read"]["kept"], "words": None, "tokens": None})
+    if view.job.prefilter.rules:  # what those rules dropped was never extracted: not among the documents
+        step = f"before extraction: {', '.join(view.job.prefilter.rules)}"
+        funnel.append({"step": step, "documents": stages["prefilter"]["kept"], "words": None, "tokens": None})
     remaining = np.ones(len(docs), bool)
     funnel.append({"step": "extracted", "documents": len(docs), **amount(remaining)})
     order = rule_names + [EXCLUDED] * bool((first_rule == EXCLUDED).any())
@@ -329,7 +332,7 @@ IMAGE_CHECK = """window.addEventListener("load", function () {
 def render_html(data: dict, figures: dict[str, str]) -> str:
     """The report as one HTML page, its figures embedded as data URIs."""
     title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
-    with_tokens = data["funnel"][2]["tokens"] is not None
+    with_tokens = data["funnel"][-1]["tokens"] is not None
     units = ["words", "tokens"] if with_tokens else ["words"]
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
