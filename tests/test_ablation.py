@@ -9,6 +9,7 @@ import os
 import shutil
 import statistics
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -284,6 +285,42 @@ def test_the_verdict_pairs_seeds_and_takes_the_t_interval_of_the_mean_of_the_las
     assert verdict_rows(noisy, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "within noise"
     single = _results({"base": [[3.0]], "new": [[2.0]]})
     assert verdict_rows(single, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "one seed"
+
+
+def test_many_variants_share_one_noise_estimate_and_one_family_wise_confidence():
+    # Three variants against one baseline, three seeds with large seed effects. "agreeing" differs by 0.025 with
+    # seeds that happen to agree (paired t interval +-0.0075 alone: "better"); the noise the four variants show
+    # together says a difference that size is within noise once three variants are judged at once.
+    scores = {
+        "base": [3.0, 3.5, 4.0],
+        "clear": [2.90, 3.38, 3.91],
+        "agreeing": [2.975, 3.478, 3.972],
+        "none": [3.02, 3.49, 4.01],
+    }
+    rows = verdict_rows(
+        _results({v: [[x] for x in seeds] for v, seeds in scores.items()}), ["ref.bits_per_byte"], last=1
+    )
+    by_variant = {row["variant"]: row for row in rows}
+    table = np.array(list(scores.values()))
+    residuals = table - table.mean(1, keepdims=True) - table.mean(0, keepdims=True) + table.mean()
+    noise = (residuals**2).sum() / (3 * 2)  # (variants - 1) x (seeds - 1) = 6 degrees of freedom
+    half = 3.287455 * math.sqrt(2 * noise / 3)  # t(1 - 0.05 / 6, 6 d.f.): 95 % over three comparisons
+    assert half == pytest.approx(0.026957, abs=1e-6)
+    for variant, delta, verdict in [("clear", -0.103333, "better"), ("agreeing", -0.025, "within noise"),
+                                    ("none", 0.006667, "within noise")]:  # fmt: skip
+        row = by_variant[variant]
+        assert (row["delta"], row["interval"], row["verdict"]) == (
+            pytest.approx(delta, abs=1e-6),
+            pytest.approx(half, rel=1e-5),
+            verdict,
+        ), variant
+    alone = verdict_rows(_results({v: [[x] for x in scores[v]] for v in ("base", "agreeing")}), ["ref.bits_per_byte"])
+    assert alone[1]["verdict"] == "better" and alone[1]["interval"] == pytest.approx(0.007452, abs=1e-6)
+    # A variant with one seed is not judged, and does not widen the others' family.
+    partial = {**{v: [[x] for x in seeds] for v, seeds in scores.items()}, "new": [[2.0]]}
+    rows = verdict_rows(_results(partial), ["ref.bits_per_byte"], last=1)
+    assert [row["verdict"] for row in rows if row["variant"] in ("clear", "new")] == ["better", "one seed"]
+    assert rows[1]["interval"] == pytest.approx(half, rel=1e-5)
 
 
 def test_a_variant_past_the_pass_limit_gets_no_better_or_worse_verdict():

@@ -45,8 +45,8 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
     models = list(dict.fromkeys(row["model"] for row in rows))
     baseline = next(row["variant"] for row in rows if row["baseline"])
     table = Table(
-        title=f"{path}\nper run: the mean of its last {last} evaluations; Δ vs '{baseline}' over paired seeds, "
-        f"with its {confidence:.0%} t interval"
+        title=f"{path}\nper run: the mean of its last {last} evaluations; Δ vs '{baseline}' over seeds, with its "
+        f"{confidence:.0%} interval over all the variants judged on the metric (seed noise pooled over them)"
     )
     columns = (["model"] if len(models) > 1 else []) + ["metric", "variant", "passes", "mean ± std", "Δ", "interval",
                                                          "verdict", "SNR"]  # fmt: skip
