@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
+from conftest import REPO, write_job
 from corpus.stages.select import Threshold
 
 from corpus.cli import main
@@ -237,3 +237,21 @@ def test_with_a_tokenizer_the_report_counts_tokens_and_the_kept_ones_are_the_tok
     assert kept["tokens"] + manifest["documents"] == manifest["tokens"]  # the shards add a separator per document
     rule = next(row for row in data["rules"] if row["rule"] == "gopher_quality")
     assert data["funnel"][2]["tokens"] - rule["tokens"] == kept["tokens"]
+
+
+def test_a_finished_run_is_reported_as_it_ran_without_its_inputs_or_its_edited_job_file(tmp_path):
+    # A run is read back from what it wrote: its inputs may be deleted (or on a cluster's storage), and its job
+    # file edited since. Here: the JSONL input deleted, the job file's threshold changed afterwards.
+    prose = " ".join(["the committee met on monday and agreed to the plan"] * 12)
+    lines = [{"id": "long", "text": prose}, {"id": "short", "text": "too few words here"}]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    body = '[dataset]\ntext = "text"\nid = "id"\n[annotate]\nrules = ["gopher_quality"]\n'
+    job_file = write_job(tmp_path, [str(tmp_path / "docs.jsonl")], tmp_path / "out", body)
+    run_job(load_job(job_file), use_ray=False)
+    (tmp_path / "docs.jsonl").unlink()
+    job_file.write_text(job_file.read_text() + "[select]\ngopher_quality.words.min = 1\n")
+
+    view = load_run(tmp_path / "out")
+    assert [t.value for t in view.thresholds if t.reason == "gopher_quality.words.min"] == [50]  # as it ran
+    funnel = {row["step"]: row["documents"] for row in report_data(view)["funnel"]}
+    assert (funnel["extracted"], funnel["kept"]) == (2, 1)

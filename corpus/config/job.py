@@ -99,8 +99,12 @@ def read_toml(path: Path) -> tuple[dict, bytes]:
         raise JobError(
             f"cannot read job file {path}: {exc.strerror}; give the path of a TOML job file (e.g. jobs/sample.toml)"
         ) from exc
+    return parse_toml(raw_bytes, path), raw_bytes
+
+
+def parse_toml(raw_bytes: bytes, path: Path | str) -> dict:
     try:
-        return tomllib.loads(raw_bytes.decode("utf-8")), raw_bytes
+        return tomllib.loads(raw_bytes.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"{path}: not valid TOML: {exc}") from exc
 
@@ -112,8 +116,12 @@ def load_job(path: str | Path, output: str | None = None) -> Job:
     return job_from_data(data, path, hashlib.sha256(raw_bytes).hexdigest(), output)
 
 
-def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None = None) -> Job:
-    """Validate a job's TOML contents; relative paths are relative to `path`'s folder, errors name `path`."""
+def job_from_data(
+    data: dict, path: Path, source_sha256: str, output: str | None = None, with_inputs: bool = True
+) -> Job:
+    """Validate a job's TOML contents; relative paths are relative to `path`'s folder, errors name `path`.
+    `with_inputs=False`: the job as a finished run is read back (report, inspect), its inputs neither listed nor
+    checked: they may be gone, or remote, and reading the run needs none of them."""
     for internal in INTERNAL_FIELDS:
         if internal in data:
             raise JobError(f"{path}: unknown key '{internal}'")
@@ -146,8 +154,10 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
     _check_languages(job, rule_settings, path)
-    inputs = expand_inputs(job, path)
-    check_dataset_columns(job, path, inputs)
+    inputs = ()
+    if with_inputs:
+        inputs = expand_inputs(job, path)
+        check_dataset_columns(job, path, inputs)
     return job.model_copy(
         update={
             "rule_settings": rule_settings,

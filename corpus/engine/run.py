@@ -23,7 +23,7 @@ from corpus.engine.input_stream import input_identity
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
 from corpus.engine.progress import RunProgress, counted
-from corpus.engine.run_folder import MANIFEST, STATS, RunFolder, shard_report_path
+from corpus.engine.run_folder import JOB_COPY, MANIFEST, STATS, RunFolder, shard_report_path
 from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.stats import summarize
@@ -213,7 +213,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
     plan_key = cache_key("plan", [shard.id for shard in plan.shards])
     write_plan(folder, plan)
     with open(job.source_file, "rb") as fh:
-        folder.write_bytes("job.toml", fh.read())
+        folder.write_bytes(JOB_COPY, fh.read())
 
     stored = _stored_reports(plan)
     changed, unchecked = ([], {}) if job.documents_from else _changed_inputs(plan, stored)

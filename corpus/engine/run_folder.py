@@ -9,7 +9,7 @@
     rule_selection/<shard>.parquet with dedup steps: the thresholds' selection that dedup starts from
     dedup/<step>/decisions/<shard>.parquet   each step's decisions (its shuffle files are removed once decided)
     tokens/                        token shards and their manifest
-    manifest.json, stats.json, job.toml
+    manifest.json, stats.json, job.toml (the job file as the run read it)
 
 A task's outputs are written first, each to a temporary name renamed into place, and its marker (a JSON report
 holding the task's key) last: a killed run never leaves a partial file under a final name, and a re-run skips
@@ -90,9 +90,13 @@ class RunFolder:
         self.write_bytes(relative, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
 
     def read_json(self, relative: str) -> dict | None:
+        data = self.read_bytes(relative)
+        return None if data is None else json.loads(data)
+
+    def read_bytes(self, relative: str) -> bytes | None:
         try:
             with self.fs.open(self.path(relative), "rb") as fh:
-                return json.load(fh)
+                return fh.read()
         except FileNotFoundError:
             return None
 
@@ -361,5 +365,6 @@ def decisions_path(step: str, shard: str) -> str:
 
 PLAN = "plan.parquet"
 STATS = "stats.json"
+JOB_COPY = "job.toml"  # the job file's bytes as the run's latest start read them
 MANIFEST = "manifest.json"
 TOKEN_MANIFEST = "tokens/manifest.json"

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpus.config.job import Job, JobError, load_job, resolve_rules
+from corpus.config.job import Job, JobError, job_from_data, parse_toml, resolve_rules
 from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
 from corpus.stages.select import EXCLUDED, select_documents
@@ -42,18 +42,21 @@ class RunView:
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.plan import make_plan
-    from corpus.engine.run_folder import STATS, RunFolder, documents_path, selection_path
+    from corpus.engine.run_folder import JOB_COPY, PLAN, STATS, RunFolder, documents_path, selection_path
     from corpus.engine.select import resolve_quantiles, stored_signals
 
     run = RunFolder(str(run_dir))
     stats = run.read_json(STATS)
     if stats is None:
         raise JobError(f"{run.url} has no stats.json: not a finished run (run `corpus run JOB` first)")
+    # The job as the run read it (its copy in the run folder), relative paths from where the job file was: the
+    # file may have been edited since, or never have been on this machine.
     job_file = Path(stats["job_file"])
-    if not job_file.is_file():
+    raw = run.read_bytes(JOB_COPY)
+    if raw is None and not job_file.is_file():
         raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
-    job = load_job(job_file, output=run.url)
+    raw = raw if raw is not None else job_file.read_bytes()
+    job = job_from_data(parse_toml(raw, job_file), job_file, stats["job_sha256"], run.url, with_inputs=False)
     if select_file is not None:
         select_path = Path(select_file)
         try:
@@ -65,15 +68,15 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         except JobError as exc:
             raise JobError(str(exc).replace(str(job_file), str(select_path))) from None
         job = job.model_copy(update={"thresholds": thresholds})
-    shards = make_plan(job).shards
-    thresholds = resolve_quantiles(job, [shard.id for shard in shards])
+    shard_ids = run.read_table(PLAN, columns=["id"]).column("id").to_pylist()
+    thresholds = resolve_quantiles(job, shard_ids)
     columns = list(dict.fromkeys(threshold.column for threshold in thresholds))
     parts = []
-    for shard in shards:
-        signals = stored_signals(job, shard.id, columns)
-        documents = run.read_table(documents_path(shard.id), columns=["url", "domain", "text"])
+    for shard_id in shard_ids:
+        signals = stored_signals(job, shard_id, columns)
+        documents = run.read_table(documents_path(shard_id), columns=["url", "domain", "text"])
         if select_file is None:
-            selection = run.read_table(selection_path(shard.id)).select(
+            selection = run.read_table(selection_path(shard_id)).select(
                 ["kept", "first_failure", "failures", "duplicate_of"]
             )
         else:
@@ -86,7 +89,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
             table = table.append_column(name, documents.column(name))
         table = table.append_column("words", words.cast(pa.int64()))
         # Texts stay on disk (samples read theirs back): a report holds signals, not a corpus.
-        table = table.append_column("shard", pa.array([shard.id] * table.num_rows, pa.string()))
+        table = table.append_column("shard", pa.array([shard_id] * table.num_rows, pa.string()))
         table = table.append_column("row", pa.array(np.arange(table.num_rows), pa.int64()))
         if job.tokenize.tokenizer:  # tokens of the stored text by the run's tokenizer (dropped documents too)
             tokenizer = load_once(TextTokenizer, job.tokenize.tokenizer, job.tokenize.separator)
