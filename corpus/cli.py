@@ -418,7 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     rules.add_parser("list", help="every rule with its signals, defaults and settings").set_defaults(handler=rules_list)
     try_rule = rules.add_parser("try", help="a rule's signals, decision and offending span on files")
     try_rule.add_argument("rule")
-    try_rule.add_argument("files", nargs="+", help="text, .html, WARC/WET or documents .parquet files")
+    try_rule.add_argument(
+        "files",
+        nargs="+",
+        help="text, .html, WARC/WET, Parquet or JSONL files (columns: --job's [dataset], else text, id, url, lang)",
+    )
     try_rule.add_argument("--limit", type=_at_least(1), default=10, help="documents per Parquet or WARC file")
     try_rule.add_argument("--job", help="take the rule's settings and thresholds from this job file")
     try_rule.set_defaults(handler=rules_try)

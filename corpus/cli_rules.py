@@ -33,23 +33,21 @@ class TryInputError(Exception):
     """A file `corpus rules try` cannot take; the message says which and why."""
 
 
-def _documents_to_try(paths: list[str], limit: int):
-    """(name, text, url, lang) from text, HTML, WARC/WET or documents-Parquet files; lang None where it is to be
-    identified. WARC pages are extracted as a run extracts them."""
-    import pyarrow.parquet as pq
-
+def _documents_to_try(paths: list[str], limit: int, dataset=None):
+    """(name, text, url, lang) from text, HTML, WARC/WET or dataset (Parquet, JSONL, Arrow) files; lang None where
+    it is to be identified. WARC pages are extracted as a run extracts them; dataset files are read as a run reads
+    them, with `dataset` (a job's [dataset] table) mapping their columns, by default their own `text`, `id`, `url`
+    and `lang`."""
     from corpus.api import extract_text
+    from corpus.stages.dataset import dataset_format
 
     for path in paths:
         if not Path(path).is_file():
             what = "a folder, not a file" if Path(path).is_dir() else "no such file"
-            raise TryInputError(f"{path}: {what}; give text, HTML, WARC/WET or documents-Parquet files")
-        if path.endswith(".parquet"):
-            table = pq.read_table(path).slice(0, limit)
-            if "text" not in table.column_names:
-                raise TryInputError(f"{path} has no `text` column (columns: {', '.join(table.column_names)})")
-            for row in table.select([c for c in ("id", "text", "url", "lang") if c in table.column_names]).to_pylist():
-                yield row.get("id") or path, row["text"], row.get("url"), row.get("lang")
+            raise TryInputError(f"{path}: {what}; give text, HTML, WARC/WET, Parquet or JSONL files")
+        fmt = dataset_format(path)
+        if fmt is not None:
+            yield from _dataset_documents(path, fmt, limit, dataset)
             continue
         if re.search(r"\.(warc|wet)(\.gz)?$", path, re.IGNORECASE):
             yield from _warc_pages(path, limit)
@@ -58,6 +56,34 @@ def _documents_to_try(paths: list[str], limit: int):
             data = fh.read()
         html = path.endswith((".html", ".htm"))
         yield path, (extract_text(data) or "") if html else data.decode("utf-8", "replace"), None, None
+
+
+def _dataset_documents(path: str, fmt: str, limit: int, dataset):
+    """The first `limit` documents of a dataset file, read as a run reads it; reads no further."""
+    from corpus.config import JobError
+    from corpus.config.inputs import check_dataset_columns
+    from corpus.engine.input_stream import InputStream
+    from corpus.stages.dataset import DatasetOptions, input_columns, read_dataset
+
+    hint = ""
+    if dataset is None:  # no job: the columns a documents file has, under their own names
+        with InputStream(path, decompress=True) as stream:
+            present = input_columns(stream, fmt)
+        dataset = DatasetOptions(**{name: name for name in ("id", "url", "lang") if name in present})
+        hint = " (give --job with a [dataset] table)"
+    try:
+        check_dataset_columns(dataset, Path(path), (path,))
+    except JobError as exc:
+        raise TryInputError(f"{str(exc).split(': ', 1)[1]}{hint}") from None
+    with InputStream(path, decompress=True) as stream:
+        _, batches = read_dataset(stream, path, fmt, None, dataset, limit, Path(path).name)
+        documents = 0
+        for batch in batches:
+            for row in batch.table.select(["id", "text", "url", "lang"]).to_pylist():
+                if documents >= limit:
+                    return
+                documents += 1
+                yield row["id"], row["text"], row["url"], row["lang"]
 
 
 def _warc_pages(path: str, limit: int):
@@ -90,9 +116,10 @@ def rules_try(args: argparse.Namespace) -> int:
     if args.rule not in registry:
         print(f"corpus: unknown rule {args.rule!r}; `corpus rules list` shows them", file=sys.stderr)
         return 2
-    settings, select = {}, {}
+    settings, select, dataset = {}, {}, None
     if args.job:
-        job = load_job(args.job)
+        job = load_job(args.job, with_inputs=False)  # its rules' settings and [dataset] table, not its inputs
+        dataset = job.dataset
         settings = dict(job.rule_settings).get(args.rule, {})
         own = {args.rule: job.select[args.rule]} if args.rule in job.select else {}
         select = {"rules": [args.rule] if any(t.rule == args.rule for t in job.thresholds) else [], **own}
@@ -108,7 +135,7 @@ def rules_try(args: argparse.Namespace) -> int:
         return 2
     console = Console(soft_wrap=True)
     try:
-        documents = list(_documents_to_try(args.files, args.limit))
+        documents = list(_documents_to_try(args.files, args.limit, dataset))
     except TryInputError as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2

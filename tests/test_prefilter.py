@@ -72,7 +72,8 @@ def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path
     assert stored.isdisjoint(blocked.column("id").to_pylist())  # never extracted, never stored
     steps = [(row["step"], row["documents"]) for row in report_data(load_run(early.url))["funnel"]]
     read, extracted = early_stats["stages"]["read"]["kept"], early_stats["stages"]["annotate"]["kept"]
-    assert steps[1:4] == [("HTML pages and texts", read), ("before extraction: url", read - 7), ("extracted", extracted)]
+    before = [("HTML pages and texts", read), ("before extraction: url", read - 7), ("extracted", extracted)]
+    assert steps[1:4] == before
 
 
 def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path):

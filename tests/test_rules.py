@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -459,12 +460,28 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     assert main(["rules", "try", "top_word", str(tmp_path / "missing.txt")]) == 2
     errors = capsys.readouterr().err.splitlines()
     assert errors == [
-        f"corpus: {tmp_path}: a folder, not a file; give text, HTML, WARC/WET or documents-Parquet files",
-        f"corpus: {tmp_path / 'missing.txt'}: no such file; give text, HTML, WARC/WET or documents-Parquet files",
+        f"corpus: {tmp_path}: a folder, not a file; give text, HTML, WARC/WET, Parquet or JSONL files",
+        f"corpus: {tmp_path / 'missing.txt'}: no such file; give text, HTML, WARC/WET, Parquet or JSONL files",
     ]
     assert main(["rules", "try", "top_word", str(SAMPLE_PATH), "--limit", "3"]) == 0  # pages extracted, not bytes
     shown = capsys.readouterr().out
     assert shown.count("top_word.frac = ") == 3 and "https://" in shown and "\\x" not in shown
+    # Dataset files are documents, read as a run reads them (a JSONL file was tried as one text of all its lines)
+    spam_and_prose = [
+        {"body": "buy " * 40 + "now.", "key": "spam"},
+        {"body": "A calm and ordinary day. " * 5, "key": "calm"},
+    ]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in spam_and_prose))
+    mapped = tmp_path / "mapped.toml"
+    mapped.write_text('name = "t"\ninputs = ["gone.jsonl"]\noutput = "out"\n[dataset]\ntext = "body"\nid = "key"\n')
+    assert main(["rules", "try", "top_word", str(tmp_path / "docs.jsonl"), "--job", str(mapped)]) == 0
+    shown = capsys.readouterr().out
+    assert "spam  DROP top_word.frac.max" in shown and "calm  KEEP" in shown and shown.count("top_word.frac =") == 2
+    assert main(["rules", "try", "top_word", str(tmp_path / "docs.jsonl")]) == 2
+    assert capsys.readouterr().err == (
+        f"corpus: {tmp_path / 'docs.jsonl'} has no column for dataset.text = 'text'; its columns are: body, key. "
+        "Set the [dataset] keys to its column names (give --job with a [dataset] table)\n"
+    )
     # a corpus rule takes the files given as its corpus: a line in both is in 2 documents, not more than 1
     for name, story in (("a.txt", "Story one."), ("b.txt", "Story two.")):
         (tmp_path / name).write_text(f"{story}\nSubscribe now!\n")

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.config import JobError
-from corpus.stages.dataset import dataset_format, input_columns, is_text_type
+from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns, is_text_type
 
 if TYPE_CHECKING:
     from corpus.config.job import Job
@@ -114,11 +114,11 @@ def _json_file(file: Path, path: Path) -> dict:
         raise JobError(f"{path}: key 'inputs': cannot read {file}: {exc}") from None
 
 
-def check_dataset_columns(job: Job, path: Path, inputs: tuple[str, ...]) -> None:
-    """Each local dataset input (and the first remote one) has the columns `[dataset]` maps (JSONL: the first
-    object has the text field); refused at load, with the file and the columns it has. Remote files after the first
-    are checked by their tasks."""
-    wanted = job.dataset.mapped()
+def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str, ...]) -> None:
+    """Each local dataset input (and the first remote one) has the columns `dataset` maps (JSONL: the first object
+    has the text field); refused at load (`path`: the job file), with the file and the columns it has. Remote files
+    after the first are checked by their tasks."""
+    wanted = dataset.mapped()
     remote_checked = False
     for source in inputs:
         fmt = dataset_format(source)

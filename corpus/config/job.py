@@ -109,19 +109,20 @@ def parse_toml(raw_bytes: bytes, path: Path | str) -> dict:
         raise JobError(f"{path}: not valid TOML: {exc}") from exc
 
 
-def load_job(path: str | Path, output: str | None = None) -> Job:
-    """Read and validate a job file. `output` overrides the file's output folder."""
+def load_job(path: str | Path, output: str | None = None, with_inputs: bool = True) -> Job:
+    """Read and validate a job file. `output` overrides the file's output folder; `with_inputs`: see
+    `job_from_data`."""
     path = Path(path)
     data, raw_bytes = read_toml(path)
-    return job_from_data(data, path, hashlib.sha256(raw_bytes).hexdigest(), output)
+    return job_from_data(data, path, hashlib.sha256(raw_bytes).hexdigest(), output, with_inputs)
 
 
 def job_from_data(
     data: dict, path: Path, source_sha256: str, output: str | None = None, with_inputs: bool = True
 ) -> Job:
     """Validate a job's TOML contents; relative paths are relative to `path`'s folder, errors name `path`.
-    `with_inputs=False`: the job as a finished run is read back (report, inspect), its inputs neither listed nor
-    checked: they may be gone, or remote, and reading the run needs none of them."""
+    `with_inputs=False`: the job for what it says rather than to run it (a finished run read back, a rule tried with
+    its settings), its inputs neither listed nor checked: they may be gone, or remote."""
     for internal in INTERNAL_FIELDS:
         if internal in data:
             raise JobError(f"{path}: unknown key '{internal}'")
@@ -157,7 +158,7 @@ def job_from_data(
     inputs = ()
     if with_inputs:
         inputs = expand_inputs(job, path)
-        check_dataset_columns(job, path, inputs)
+        check_dataset_columns(job.dataset, path, inputs)
     return job.model_copy(
         update={
             "rule_settings": rule_settings,
