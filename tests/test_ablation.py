@@ -189,6 +189,38 @@ def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_mi
         assert _losses(after, run) == _losses(before, run)
 
 
+def test_an_ablation_goes_on_from_a_complete_documents_run_whose_crawl_is_gone(micro):
+    # Signals once, select many: the crawl deleted after extraction, the ablation selects over the stored signals.
+    folder = micro[0]
+    before = pq.read_table(folder / "ablation" / "results.parquet")
+    crawl = folder / "crawl.warc.gz"
+    crawl.rename(folder / "crawl.moved")
+    try:
+        ablation = load_ablation(folder / "micro.toml")
+        shards = ablation.reused_documents["shards"]
+        assert (shards["complete"], shards["planned"], shards["failed"]) == (1, 1, 0)
+        logs: list[str] = []
+        run_ablation(ablation, use_ray=False, log=logs.append)
+        assert f"documents: {folder / 'documents-run'}, complete for {folder / 'documents.toml'}; its inputs cannot " \
+               "be read, so it is used as it is" in logs  # fmt: skip
+        assert "training: 0 of 4 runs to do (4 done by an earlier run)" in logs
+        after = pq.read_table(folder / "ablation" / "results.parquet")
+        assert after.drop_columns(["tokens_per_s"]).equals(before.drop_columns(["tokens_per_s"]))
+        # A documents job changed since its run: no complete run of it to select from, and the crawl is gone.
+        documents = folder / "documents.toml"
+        original = documents.read_text()
+        documents.write_text(original + "\n# edited\n")
+        with pytest.raises(JobError) as refused:
+            load_ablation(folder / "micro.toml")
+        assert str(refused.value) == (
+            f"{documents}: key 'inputs': no such file '{crawl}' (and {folder / 'documents-run'} holds no complete "
+            "run of this job file to select from)"
+        )
+        documents.write_text(original)
+    finally:
+        (folder / "crawl.moved").rename(crawl)
+
+
 def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(micro):
     folder, _, summary, copied_id, _ = micro
     overlap = pq.read_table(folder / "ablation" / "decontamination.parquet")

@@ -153,10 +153,31 @@ class Ablation:
     references: dict[str, str]  # name -> resolved path
     tasks_folder: str  # "" when no task is scored
     tokenizer: str  # the given tokenizer, resolved; "" = trained into the output
+    reused_documents: dict | None = None  # the documents run's stats, where it is reused without its inputs
 
     @property
     def models(self) -> list[ModelOptions]:
         return [self.spec.model, *self.spec.ladder]
+
+
+def _complete_documents_run(path: Path, data: dict, raw_bytes: bytes, unreadable: JobError) -> tuple[Job, dict]:
+    """The documents job without its inputs, and its run's stats, where its inputs cannot be read (deleted after
+    extraction, storage out of reach) but its run is complete for this very job file: a variant only selects over
+    stored signals, so the ablation goes on from them. Otherwise `unreadable` is the answer."""
+    from corpus.engine.run_folder import STATS, RunFolder
+
+    sha256 = hashlib.sha256(raw_bytes).hexdigest()
+    job = job_from_data(data, path, sha256, with_inputs=False)  # a mistake other than its inputs is raised here
+    stats = RunFolder(job.output).read_json(STATS)
+    complete = (
+        stats is not None
+        and stats.get("job_sha256") == sha256
+        and not stats["failed_shards"]
+        and stats["shards"]["complete"] == stats["shards"]["planned"]
+    )
+    if not complete:
+        raise JobError(f"{unreadable} (and {job.output} holds no complete run of this job file to select from)")
+    return job, stats
 
 
 def _merged(base: dict, override: dict) -> dict:
@@ -285,8 +306,11 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenizer.path': {exc}") from None
     documents_path = Path(resolve_path(spec.documents, path.parent))
-    documents = load_job(documents_path)
-    base_data, _ = read_toml(documents_path)
+    base_data, raw_bytes = read_toml(documents_path)
+    try:
+        documents, reused = load_job(documents_path), None
+    except JobError as unreadable:
+        documents, reused = _complete_documents_run(documents_path, base_data, raw_bytes, unreadable)
     output = resolve_path(output, Path.cwd()) if output else resolve_path(spec.output, path.parent)
     variant_options, units, baseline = dict(spec.variants), {}, spec.baseline
     if auto:
@@ -329,7 +353,7 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         data["tokenize"] = {"modifiers": list(variant.modifiers)}
         data.pop("exclude", None)
         try:
-            job = job_from_data(data, documents_path, hashlib.sha256(raw_bytes).hexdigest())
+            job = job_from_data(data, documents_path, hashlib.sha256(raw_bytes).hexdigest(), with_inputs=False)
         except JobError as exc:
             raise JobError(f"{path}: variant '{name}' (merged over {documents_path.name}): {exc}") from None
         if annotate_fingerprint(job) != annotate_fingerprint(documents):
@@ -358,4 +382,5 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         references=references,
         tasks_folder=folder,
         tokenizer=tokenizer,
+        reused_documents=reused,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from corpus.config import JobError
 from corpus.config.job import Job
 from corpus.engine.input_stream import InputStream, input_identity
 from corpus.engine.keys import annotate_fingerprint
@@ -79,6 +80,11 @@ def input_parts(source: str, options: DatasetOptions) -> list[tuple[int, int] | 
 
 
 def make_plan(job: Job) -> Plan:
+    """The job's shards: one per input, or per part of a large dataset input. A job that selects from another run's
+    documents (an ablation variant), or that was loaded without its inputs (a finished run read back: a job always
+    has inputs, so none resolved means none were read), has the shards its documents run planned."""
+    if job.documents_from or not job.resolved_inputs:
+        return Plan(options=job, shards=stored_shards(documents_folder(job)))
     shards = []
     for source in job.resolved_inputs:
         parts = input_parts(source, job.dataset)
@@ -95,6 +101,16 @@ def write_plan(folder: RunFolder, plan: Plan) -> None:
     )
     with folder.parquet_writer(PLAN, PLAN_SCHEMA) as writer:
         writer.write(table)
+
+
+def stored_shards(folder: RunFolder) -> tuple[Shard, ...]:
+    """The shards a run planned, as its `plan.parquet` lists them (whole inputs: what a run that only reads its
+    documents back needs)."""
+    try:
+        table = folder.read_table(PLAN)
+    except FileNotFoundError:
+        raise JobError(f"{folder.url} holds no plan.parquet: not a run of a corpus job (run the job first)") from None
+    return tuple(Shard(row["ordinal"], row["id"], row["source"]) for row in table.sort_by("ordinal").to_pylist())
 
 
 _SHARD_IDS: dict[tuple[str, str], list[str]] = {}

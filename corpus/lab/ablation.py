@@ -368,8 +368,15 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
     folder = RunFolder(ablation.output)
     folder.lock()
     try:
-        log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")
-        documents_stats = run_job(ablation.documents, use_ray=use_ray)
+        documents_stats = ablation.reused_documents
+        if documents_stats is None:
+            log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")
+            documents_stats = run_job(ablation.documents, use_ray=use_ray)
+        else:
+            log(
+                f"documents: {ablation.documents.output}, complete for {ablation.documents.source_file}; its inputs "
+                "cannot be read, so it is used as it is"
+            )
         if documents_stats["failed_shards"]:
             raise JobError(f"the documents run has failed shards: {documents_stats['failed_shards']}; rerun it")
         with open(ablation.source_file, "rb") as fh:

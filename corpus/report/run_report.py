@@ -42,7 +42,8 @@ class RunView:
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.run_folder import JOB_COPY, PLAN, STATS, RunFolder, documents_path, selection_path
+    from corpus.engine.plan import make_plan
+    from corpus.engine.run_folder import JOB_COPY, STATS, RunFolder, documents_path, selection_path
     from corpus.engine.select import resolve_quantiles, stored_signals
 
     run = RunFolder(str(run_dir))
@@ -68,7 +69,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         except JobError as exc:
             raise JobError(str(exc).replace(str(job_file), str(select_path))) from None
         job = job.model_copy(update={"thresholds": thresholds})
-    shard_ids = run.read_table(PLAN, columns=["id"]).column("id").to_pylist()
+    shard_ids = [shard.id for shard in make_plan(job).shards]  # the run's stored plan: no input is read
     thresholds = resolve_quantiles(job, shard_ids)
     columns = list(dict.fromkeys(threshold.column for threshold in thresholds))
     parts = []
