@@ -221,6 +221,21 @@ def test_an_ablation_goes_on_from_a_complete_documents_run_whose_crawl_is_gone(m
         (folder / "crawl.moved").rename(crawl)
 
 
+def test_a_variants_folder_is_not_reported_as_a_run_but_pointed_to_what_holds_its_documents(micro):
+    from corpus.report.run_report import load_run
+
+    folder = micro[0]
+    variant = folder / "ablation" / "variants" / "filtered"
+    with pytest.raises(JobError) as refused:
+        load_run(variant)
+    assert str(refused.value) == (
+        f"{variant} is a variant of the ablation {folder / 'micro.toml'}: it selects over the documents run "
+        f"{folder / 'documents-run'}, which holds the documents and signals. `corpus ablate report "
+        f"{folder / 'ablation'}` compares the variants; `corpus report {folder / 'documents-run'} --select FILE` "
+        "shows what a [select] table drops there"
+    )
+
+
 def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(micro):
     folder, _, summary, copied_id, _ = micro
     overlap = pq.read_table(folder / "ablation" / "decontamination.parquet")

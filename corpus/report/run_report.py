@@ -57,7 +57,10 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
     if raw is None and not job_file.is_file():
         raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
     raw = raw if raw is not None else job_file.read_bytes()
-    job = job_from_data(parse_toml(raw, job_file), job_file, stats["job_sha256"], run.url, with_inputs=False)
+    data = parse_toml(raw, job_file)
+    if "variants" in data and "documents" in data:  # an ablation's variant: its job is the ablation file
+        raise JobError(_variant_run_message(run.url, job_file, data))
+    job = job_from_data(data, job_file, stats["job_sha256"], run.url, with_inputs=False)
     if select_file is not None:
         select_path = Path(select_file)
         try:
@@ -102,6 +105,23 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
     if not parts:
         raise JobError(f"{run.url} holds no shard of its job")
     return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None)
+
+
+def _variant_run_message(url: str, ablation_file: Path, ablation: dict) -> str:
+    """What to read instead of an ablation variant's folder, which holds a selection, not documents."""
+    from corpus.config.inputs import resolve_path
+    from corpus.config.job import read_toml
+
+    documents_job = Path(resolve_path(ablation["documents"], ablation_file.parent))
+    try:
+        documents_run = resolve_path(read_toml(documents_job)[0]["output"], documents_job.parent)
+    except (JobError, KeyError):
+        documents_run = f"the run of {documents_job}"
+    return (
+        f"{url} is a variant of the ablation {ablation_file}: it selects over the documents run {documents_run}, "
+        f"which holds the documents and signals. `corpus ablate report {url.rsplit('/', 2)[0]}` compares the "
+        f"variants; `corpus report {documents_run} --select FILE` shows what a [select] table drops there"
+    )
 
 
 def _rule_of(reasons: pa.Array) -> np.ndarray:
