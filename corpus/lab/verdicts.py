@@ -10,8 +10,8 @@ is beyond seed noise.
   variants, so a leave-one-out with 15 variants and 3 seeds estimates noise from 30 degrees of freedom, not 2.
   With a single variant this is exactly the paired t interval.
 - The interval is simultaneous over the variants judged on that metric (Bonferroni: each at 1 - (1 - confidence)
-  / k), so that at 95 % the chance that any of them is called better or worse when none differs is at most 5 %.
-  Per-comparison intervals over 15 variants and 10 metrics would hand out ~7 verdicts by chance alone. Paired
+  / k), so that at 95 % the chance that any of them is called better or worse when none differs is at most 5 %
+  per metric. Per-comparison intervals over 15 variants and 10 metrics would hand out ~7 verdicts by chance. Paired
   runs on nearly the same data differ consistently by tiny amounts: such a verdict is real but small; read Δ
   beside the seed standard deviation before calling it worth keeping.
 - A run that passed over its variant's tokens more than `max_passes` times (Muennighoff et al. 2023: beyond ~4
