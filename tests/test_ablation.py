@@ -577,7 +577,19 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     assert "without_gopher_quality trained on exactly the documents of all" in out
     assert "without_modify_c4 trained on" not in out  # the same documents, but their text cut differently
     assert main(["ablate", "report", str(folder), "--metrics", "nothing.*"]) == 2
-    assert "no results file" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"corpus: no results file at {folder / 'results.parquet'}; run `corpus ablate run JOB` first\n"
+    )
+    # An ablation still training (or stopped) has its finished runs saved, not yet its results file.
+    (folder / "runs").mkdir()
+    shutil.copy(folder / "ablation" / "runs" / "all-d32L1-seed0.parquet", folder / "runs" / "all-d32L1-seed0.parquet")
+    assert main(["ablate", "report", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"corpus: no results file at {folder / 'results.parquet'} yet, and 1 finished training run(s) in "
+        f"{folder / 'runs'}: the ablation is training, or was stopped; `corpus ablate run JOB` finishes the others "
+        "and writes it\n"
+    )
+    shutil.rmtree(folder / "runs")
     assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "nothing.*"]) == 2
     assert "no metric matches 'nothing.*'; the results have: heldout.nats_per_token" in capsys.readouterr().err
 

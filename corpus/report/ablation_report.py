@@ -20,7 +20,14 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
     comma-separated list of column patterns (default: every bits-per-byte and accuracy column)."""
     path = path / "results.parquet" if path.is_dir() else path
     if not path.is_file():
-        print(f"corpus: no results file at {path}; run `corpus ablate run JOB` first", file=sys.stderr)
+        saved = len(list((path.parent / "runs").glob("[!_]*.parquet")))
+        said = (
+            f"no results file at {path} yet, and {saved} finished training run(s) in {path.parent / 'runs'}: the "
+            "ablation is training, or was stopped; `corpus ablate run JOB` finishes the others and writes it"
+            if saved
+            else f"no results file at {path}; run `corpus ablate run JOB` first"
+        )
+        print(f"corpus: {said}", file=sys.stderr)
         return 2
     settings = path.parent / "ablation.json"
     evaluation = json.loads(settings.read_text()).get("evaluation", {}) if settings.is_file() else {}
