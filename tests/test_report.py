@@ -17,7 +17,7 @@ from conftest import REPO, write_job
 from corpus.stages.select import Threshold
 
 from corpus.cli import main
-from corpus.config.job import load_job
+from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
 from corpus.report.figures import histogram_layout, signal_histograms
 from corpus.report.run_report import load_run, render_html, report_data
@@ -255,3 +255,11 @@ def test_a_finished_run_is_reported_as_it_ran_without_its_inputs_or_its_edited_j
     assert [t.value for t in view.thresholds if t.reason == "gopher_quality.words.min"] == [50]  # as it ran
     funnel = {row["step"]: row["documents"] for row in report_data(view)["funnel"]}
     assert (funnel["extracted"], funnel["kept"]) == (2, 1)
+    # Started again with the edited file and stopped before the end: its stats are of the job before.
+    (tmp_path / "out" / "job.toml").write_bytes(job_file.read_bytes())
+    with pytest.raises(JobError) as refused:
+        load_run(tmp_path / "out")
+    assert str(refused.value) == (
+        f"{tmp_path / 'out'} was started again with an edited {job_file.name} and has not finished since: its stats "
+        f"and selection are of the job before; finish it (`corpus run {job_file}`) to report it"
+    )

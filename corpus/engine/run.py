@@ -211,11 +211,10 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
     plan = make_plan(job)
     options = plan.options
     plan_key = cache_key("plan", [shard.id for shard in plan.shards])
+    stored = _stored_reports(plan)  # refuses a folder holding another job's run: nothing of it is overwritten
     write_plan(folder, plan)
     with open(job.source_file, "rb") as fh:
         folder.write_bytes(JOB_COPY, fh.read())
-
-    stored = _stored_reports(plan)
     changed, unchecked = ([], {}) if job.documents_from else _changed_inputs(plan, stored)
     for shard_id in changed:  # made from another file at the same path: no longer complete, extracted again
         del stored[shard_id]

@@ -13,6 +13,7 @@ and the top domains by documents dropped; `render_html` renders it as one self-c
 
 from __future__ import annotations
 
+import hashlib
 import html
 import tomllib
 from dataclasses import dataclass
@@ -57,6 +58,11 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
     if raw is None and not job_file.is_file():
         raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
     raw = raw if raw is not None else job_file.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != stats["job_sha256"]:
+        raise JobError(
+            f"{run.url} was started again with an edited {job_file.name} and has not finished since: its stats and "
+            f"selection are of the job before; finish it (`corpus run {job_file}`) to report it"
+        )
     data = parse_toml(raw, job_file)
     if "variants" in data and "documents" in data:  # an ablation's variant: its job is the ablation file
         raise JobError(_variant_run_message(run.url, job_file, data))
