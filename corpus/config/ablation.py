@@ -306,11 +306,11 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenizer.path': {exc}") from None
     documents_path = Path(resolve_path(spec.documents, path.parent))
-    base_data, raw_bytes = read_toml(documents_path)
+    base_data, documents_bytes = read_toml(documents_path)
     try:
         documents, reused = load_job(documents_path), None
     except JobError as unreadable:
-        documents, reused = _complete_documents_run(documents_path, base_data, raw_bytes, unreadable)
+        documents, reused = _complete_documents_run(documents_path, base_data, documents_bytes, unreadable)
     output = resolve_path(output, Path.cwd()) if output else resolve_path(spec.output, path.parent)
     variant_options, units, baseline = dict(spec.variants), {}, spec.baseline
     if auto:
