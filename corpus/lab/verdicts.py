@@ -3,15 +3,17 @@ is beyond seed noise.
 
 - A run's score on a metric is the mean of its last `last` evaluations (Heineman et al. 2025, "Signal and Noise":
   averaging the last checkpoints lowers the noise of a small-scale comparison).
-- Variants share seeds (the same initialisation and data order per seed), so runs are blocked by seed: per
-  metric, the scores follow `variant effect + seed effect + noise`, fitted by least squares over the baseline and
-  every variant it can judge (`seed_blocked_effects`). Δ is a variant's effect against the baseline (with every
-  seed present, the mean of its paired differences); its standard error uses the noise pooled over all those
-  variants, so a leave-one-out with 15 variants and 3 seeds estimates noise from 30 degrees of freedom, not 2.
-  With a single variant this is exactly the paired t interval.
-- The interval is simultaneous over the variants judged on that metric (Bonferroni: each at 1 - (1 - confidence)
-  / k), so that at 95 % the chance that any of them is called better or worse when none differs is at most 5 %
-  per metric. Per-comparison intervals over 15 variants and 10 metrics would hand out ~7 verdicts by chance. Paired
+- Variants share seeds (the same initialisation and data order per seed), so a variant is compared with the
+  baseline seed by seed: Δ is the mean of the paired differences, its interval the t interval over those pairs.
+  Each variant's own pairs give its noise: pooling it over variants would let the variants that train on nearly
+  (or exactly) the baseline's data, whose paired differences are near zero, shrink the interval of one whose data
+  differs a lot (on the shared pages, the standard error of the unfiltered text's differences is 2.4-2.7x the
+  pooled one).
+- The interval holds for all the variants judged on the metric at once (Bonferroni: each at 1 - (1 - confidence)
+  / k over the k variants whose training data differs from the baseline's), so that at 95 % the chance that any
+  of them is called better or worse when none differs is at most 5 % per metric; per-comparison intervals over 15
+  variants and 10 metrics would hand out ~7 verdicts by chance. With few seeds this is wide (3 seeds, 15
+  variants: 4x the one-comparison interval; 5 seeds: 2.3x): the honest cost of judging many variants at once. Paired
   runs on nearly the same data differ consistently by tiny amounts: such a verdict is real but small; read Δ
   beside the seed standard deviation before calling it worth keeping.
 - A run that passed over its variant's tokens more than `max_passes` times (Muennighoff et al. 2023: beyond ~4
@@ -102,35 +104,14 @@ def limited_by(score: dict) -> str | None:
     return "turned up (overfit)" if score["turned_up"] else None
 
 
-def seed_blocked_effects(
-    values: dict[str, dict[int, float]], baseline: str
-) -> tuple[dict[str, tuple[float, float]], int]:
-    """Least squares fit of `value = variant effect + seed effect + noise` over `values` (variant -> seed ->
-    score): per variant other than `baseline`, its effect against the baseline and the effect's standard error
-    (nan without residual noise), and the fit's residual degrees of freedom."""
-    variants = [v for v in values if v != baseline]
-    seeds = sorted({seed for runs in values.values() for seed in runs})
-    cells = [(variant, seed, value) for variant, runs in values.items() for seed, value in runs.items()]
-    design = np.zeros((len(cells), 1 + len(variants) + len(seeds) - 1))
-    design[:, 0] = 1.0
-    for row, (variant, seed, _) in enumerate(cells):
-        if variant != baseline:
-            design[row, 1 + variants.index(variant)] = 1.0
-        if seed != seeds[0]:
-            design[row, len(variants) + seeds.index(seed)] = 1.0
-    scores = np.array([value for *_, value in cells])
-    coefficients, *_ = np.linalg.lstsq(design, scores, rcond=None)
-    freedom = len(cells) - int(np.linalg.matrix_rank(design))
-    noise = float(np.sum(np.square(scores - design @ coefficients))) / freedom if freedom > 0 else math.nan
-    covariance = noise * np.linalg.pinv(design.T @ design)
-    effects = {
-        variant: (
-            float(coefficients[1 + k]),
-            math.sqrt(max(covariance[1 + k, 1 + k], 0.0)) if freedom > 0 else math.nan,
-        )
-        for k, variant in enumerate(variants)
-    }
-    return effects, max(freedom, 0)
+def paired_interval(differences: np.ndarray, confidence: float, comparisons: int = 1) -> float:
+    """Half-width of the two-sided t interval of the mean of `differences`, at `confidence` for `comparisons`
+    intervals at once (Bonferroni); nan under two pairs."""
+    n = len(differences)
+    if n < 2:
+        return float("nan")
+    level = 1 - (1 - confidence) / (2 * comparisons)
+    return float(stats.t.ppf(level, n - 1) * differences.std(ddof=1) / math.sqrt(n))
 
 
 def signal_to_noise(means: list[float], seed_stds: list[float]) -> float:
@@ -152,7 +133,7 @@ def verdict_rows(
     task_items: dict[str, int] | None = None,
 ) -> list[dict]:
     """One row per model, metric and variant: passes, mean and sample std over seeds, Δ from the baseline with its
-    interval (seed-blocked, simultaneous over the variants judged on the metric), the verdict (one of `VERDICTS`),
+    paired t interval (simultaneous over the variants judged on the metric), the verdict (one of `VERDICTS`),
     the metric's signal-to-noise ratio and whether it can decide, and `same_data_as` (an earlier variant that
     trained on exactly the same documents). `task_items` (questions scored per task) puts a floor of one question
     under an accuracy's interval: accuracy moves in steps of one question, so seeds can agree on a one-question
@@ -171,28 +152,23 @@ def verdict_rows(
                 first_with_data.setdefault(scores[model, variant]["data"], variant)
             base = scores[model, baseline]
             base_limited = limited_by(base)
-            paired = {v: sorted(set(scores[model, v]["values"]) & set(base["values"])) for v in present}
-            judged = [
+            judged = [  # the family the confidence holds for: variants with a verdict to give, on other data
                 v
                 for v in present
                 if v != baseline
                 and base_limited is None
                 and limited_by(scores[model, v]) is None
-                and len(paired[v]) > 1
+                and first_with_data[scores[model, v]["data"]] != first_with_data[base["data"]]
+                and len(set(scores[model, v]["values"]) & set(base["values"])) > 1
             ]
-            effects, freedom = seed_blocked_effects(
-                {v: scores[model, v]["values"] for v in [baseline, *judged]}, baseline
-            )
-            critical = stats.t.ppf(1 - (1 - confidence) / (2 * max(len(judged), 1)), freedom) if freedom else math.nan
             metric_rows = []
             for variant in present:
                 score = scores[model, variant]
                 values = np.array(list(score["values"].values()))
-                differences = [score["values"][s] - base["values"][s] for s in paired[variant]]
-                delta, error = effects.get(
-                    variant, (float(np.mean(differences)) if differences else math.nan, math.nan)
-                )
-                half = float(critical * error)
+                seeds = sorted(set(score["values"]) & set(base["values"]))
+                differences = np.array([score["values"][s] - base["values"][s] for s in seeds])
+                delta = float(differences.mean()) if len(differences) else float("nan")
+                half = paired_interval(differences, confidence, max(len(judged), 1))
                 task, _, kind = metric.rpartition(".")
                 if kind == "accuracy" and (task_items or {}).get(task) and not math.isnan(half):
                     half = max(half, 1 / task_items[task])
@@ -222,7 +198,7 @@ def verdict_rows(
                         "mean": float(values.mean()),
                         "std": float(values.std(ddof=1)) if len(values) > 1 else float("nan"),
                         "seeds": len(values),
-                        "paired_seeds": len(paired[variant]),
+                        "paired_seeds": len(seeds),
                         "delta": 0.0 if variant == baseline else delta,
                         "interval": float("nan") if variant == baseline else half,
                         "verdict": verdict,

@@ -53,7 +53,7 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
     baseline = next(row["variant"] for row in rows if row["baseline"])
     table = Table(
         title=f"{path}\nper run: the mean of its last {last} evaluations; Δ vs '{baseline}' over seeds, with its "
-        f"{confidence:.0%} interval over all the variants judged on the metric (seed noise pooled over them)"
+        f"{confidence:.0%} paired t interval, for all the variants judged on the metric at once"
     )
     columns = (["model"] if len(models) > 1 else []) + ["metric", "variant", "passes", "mean ± std", "Δ", "interval",
                                                          "verdict", "SNR"]  # fmt: skip
