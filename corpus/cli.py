@@ -247,11 +247,13 @@ def _report(args: argparse.Namespace) -> int:
         funnel.add_row(row["step"], f"{row['documents']:,}", *("" if row[u] is None else f"{row[u]:,}" for u in units))
     console.print(funnel)
     rules = Table(title="rules: documents (words) dropped")
-    for column in ("rule", "alone", "exclusively", "first"):
+    early = bool(data["before_extraction"])  # those rules' drops are pages never extracted: no words
+    for column in ("rule", *(["before extraction"] if early else []), "alone", "exclusively", "first"):
         rules.add_column(column, justify="left" if column == "rule" else "right")
     for row in data["rules"]:
         rules.add_row(
             row["rule"],
+            *([f"{row['before_extraction']:,}"] if early else []),
             f"{row['documents']:,} ({row['words']:,})",
             f"{row['exclusive_documents']:,} ({row['exclusive']['words']:,})",
             f"{row['dropped_first']:,}",
@@ -288,6 +290,8 @@ def _inspect(args: argparse.Namespace) -> int:
                 console.print(f"   {name} = {value:.4g}" if isinstance(value, float) else f"   {name} = {value}")
             if doc["duplicate_of"]:
                 console.print(f"   duplicate of {doc['duplicate_of']}")
+            if doc["before_extraction"]:
+                console.print(f"   dropped before extraction (no text): {doc['before_extraction']}")
             if doc["span_label"]:
                 where = " (in the URL)" if doc["span_in_url"] else ""
                 console.print(f"   {doc['span_label']}{where}:")

@@ -3,8 +3,9 @@
 Extraction is most of the bill per page; a page a URL blocklist drops anyway need not be extracted. The rules named
 in `[prefilter] rules` are computed on the page records (URL, domain; an empty text) and the job's thresholds for
 them are applied here, with the reasons selection would give (`url.blocked_domain.max`). A page dropped here has
-no stored document: a variant that wants it back needs the crawl extracted again, so a documents run that
-ablates these thresholds leaves `[prefilter]` empty.
+no stored document (its URL, reasons and signals are kept in `prefiltered/<shard>.parquet`, which `corpus inspect`
+reads): a variant that wants it back needs the crawl extracted again, so a documents run that ablates these
+thresholds leaves `[prefilter]` empty.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.options import StageOptions
-from corpus.stages.select import Threshold, select_documents
+from corpus.stages.schema import DOCUMENTS
+from corpus.stages.select import SELECTION, Threshold, select_documents
 from pydantic import Field
 
 from corpus.rulebook import Rule
@@ -31,12 +33,24 @@ class PrefilterOptions(StageOptions):
     )
 
 
-def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Threshold]) -> StageResult:
-    """The records (schema `RECORDS`) that pass `thresholds` over `rules`' signals; the others dropped by reason."""
+def prefiltered_schema(rules: list[Rule]) -> pa.Schema:
+    """What a shard keeps of the pages its prefilter dropped: enough to read what each rule threw away."""
+    fields = [DOCUMENTS.field(name) for name in ("id", "url", "source", "offset")]
+    fields += [SELECTION.field(name) for name in ("first_failure", "failures")]
+    fields += [pa.field(rule.column(signal.name), signal.type) for rule in rules for signal in rule.signals]
+    return pa.schema(fields)
+
+
+def prefilter_records(
+    records: pa.Table, rules: list[Rule], thresholds: list[Threshold]
+) -> tuple[StageResult, pa.Table | None]:
+    """The records (schema `RECORDS`) that pass `thresholds` over `rules`' signals, the others dropped by reason;
+    and the dropped ones as rows to read back (id, url, source, offset, first_failure, failures, the rules'
+    signals), None when none was dropped."""
     started = time.perf_counter()
     if not rules or not records.num_rows:
         counts = StageCounts(STAGE, received=records.num_rows, kept=records.num_rows)
-        return StageResult(records, counts)
+        return StageResult(records, counts), None
     docs = DocumentBatch(
         [""] * records.num_rows,
         records.column("url").to_pylist(),
@@ -50,9 +64,15 @@ def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Thr
         for signal in rule.signals:
             columns[rule.column(signal.name)] = pa.array(signals[signal.name], type=signal.type)
     selection, _ = select_documents(pa.table(columns), thresholds)
-    kept = selection.table.column("kept").to_numpy(zero_copy_only=False)
+    kept = np.asarray(selection.table.column("kept").to_numpy(zero_copy_only=False), np.bool_)
     counts = selection.counts
     counts.stage = STAGE
     counts.seconds = time.perf_counter() - started
-    kept = np.asarray(kept, np.bool_)
-    return StageResult(records if kept.all() else records.filter(pa.array(kept)), counts)  # no payload copy
+    if kept.all():
+        return StageResult(records, counts), None
+    dropped = pa.array(~kept)
+    values = {name: records.column(name) for name in ("id", "url", "source", "offset")}
+    values |= {name: selection.table.column(name) for name in ("first_failure", "failures")}
+    values |= {name: array for name, array in columns.items() if name != "id"}
+    rows = pa.Table.from_pydict(values, schema=prefiltered_schema(rules)).filter(dropped)
+    return StageResult(records.filter(pa.array(kept)), counts), rows  # no payload copy

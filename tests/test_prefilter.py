@@ -70,7 +70,17 @@ def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path
     full_selection = pq.read_table(full.url + "/selection")
     blocked = full_selection.filter(pa.compute.equal(full_selection.column("first_failure"), "url.blocked_domain.max"))
     assert stored.isdisjoint(blocked.column("id").to_pylist())  # never extracted, never stored
-    steps = [(row["step"], row["documents"]) for row in report_data(load_run(early.url))["funnel"]]
+    # What the URL rule threw away before extraction can be read: its pages' URLs, reasons and signals, no text.
+    dropped = pq.read_table(early.url + "/prefiltered")
+    assert sorted(dropped.column("id").to_pylist()) == sorted(blocked.column("id").to_pylist())
+    assert set(dropped.column("first_failure").to_pylist()) == {"url.blocked_domain.max"}
+    assert dropped.column("url.blocked_domain").to_pylist() == [True] * 7
+    data = report_data(load_run(early.url))
+    assert {row["rule"]: row["before_extraction"] for row in data["rules"]} == {"url": 7, "language": 0}
+    shown = data["samples"]["url"]
+    assert len(shown) == 5 and all(page["span_label"] == "listed domain" and page["span_in_url"] for page in shown)
+    assert all(page["before_extraction"].startswith(f"{SAMPLE_PATH} at byte ") for page in shown)
+    steps = [(row["step"], row["documents"]) for row in data["funnel"]]
     read, extracted = early_stats["stages"]["read"]["kept"], early_stats["stages"]["annotate"]["kept"]
     before = [("HTML pages and texts", read), ("before extraction: url", read - 7), ("extracted", extracted)]
     assert steps[1:4] == before

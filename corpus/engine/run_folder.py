@@ -2,6 +2,7 @@
 
     plan.parquet                   the planned shards: ordinal, id, source (tasks that need the list read it here)
     documents/<shard>.parquet      one file per input shard, row groups of `read.batch_size` documents
+    prefiltered/<shard>.parquet    with [prefilter] rules: the pages they dropped (URL, reasons, signals; no text)
     shards/<shard>.json            written last for a shard: its counts and errors; its presence = shard complete
     summaries/<rule>/<shard>.parquet, summaries/combined/<rule>-<bucket>.parquet   corpus rules' counts (Arrow)
     corpus_signals/<shard>.parquet the corpus rules' per-document signals
@@ -316,6 +317,10 @@ def shard_report_path(shard: str) -> str:
 
 def selection_path(shard: str) -> str:
     return f"selection/{shard}.parquet"
+
+
+def prefiltered_path(shard: str) -> str:
+    return f"prefiltered/{shard}.parquet"
 
 
 def selection_marker(shard: str) -> str:

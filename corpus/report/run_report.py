@@ -39,13 +39,15 @@ class RunView:
     documents: pa.Table  # id, url, domain, words, (tokens), shard, row, thresholds' columns, the selection
     thresholds: list  # stages.select.Threshold, resolved
     hypothetical: bool
+    prefiltered: pa.Table | None = None  # pages [prefilter] rules dropped: id, url, source, offset, reasons, signals
 
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.plan import make_plan
-    from corpus.engine.run_folder import JOB_COPY, STATS, RunFolder, documents_path, selection_path
+    from corpus.engine.plan import job_rules, make_plan
+    from corpus.engine.run_folder import JOB_COPY, STATS, RunFolder, documents_path, prefiltered_path, selection_path
     from corpus.engine.select import resolve_quantiles, stored_signals
+    from corpus.stages.prefilter import prefiltered_schema
 
     run = RunFolder(str(run_dir))
     stats = run.read_json(STATS)
@@ -110,7 +112,12 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         parts.append(table)
     if not parts:
         raise JobError(f"{run.url} holds no shard of its job")
-    return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None)
+    prefiltered = None
+    if job.prefilter.rules:  # pages dropped before extraction: never documents, their URLs and reasons kept
+        rules = [rule for rule in job_rules(job) if rule.name in job.prefilter.rules]
+        stored = [run.read_table(prefiltered_path(i)) for i in shard_ids if run.exists(prefiltered_path(i))]
+        prefiltered = pa.concat_tables(stored) if stored else prefiltered_schema(rules).empty_table()
+    return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered)
 
 
 def _variant_run_message(url: str, ablation_file: Path, ablation: dict) -> str:
@@ -137,7 +144,7 @@ def _rule_of(reasons: pa.Array) -> np.ndarray:
 
 
 def _failing_matrix(docs: pa.Table, names: list[str]) -> np.ndarray:
-    """(documents, rules) booleans: the document fails some threshold of the rule."""
+    """(documents, rules) booleans: the document (or prefiltered page) fails some threshold of the rule."""
     failures = docs.column("failures").combine_chunks()
     rules = _rule_of(pc.list_flatten(failures))
     parents = pc.list_parent_indices(failures).to_numpy()
@@ -194,6 +201,10 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
                 "dropped_first": int((first_rule == rule).sum()),
             }
         )
+    early = view.job.prefilter.rules if view.prefiltered is not None else []  # rules that dropped pages, not documents
+    dropped_early = _failing_matrix(view.prefiltered, early) if early else np.zeros((0, 0), bool)
+    for row in rules:
+        row["before_extraction"] = int(dropped_early[:, early.index(row["rule"])].sum()) if row["rule"] in early else 0
     counted = {
         row["values"]: row["counts"] for row in pc.value_counts(pc.list_flatten(docs.column("failures"))).to_pylist()
     }
@@ -224,6 +235,10 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         rule: [_document(view, row, texts[row], rule_objects.get(rule)) for row in rows]
         for rule, rows in sampled.items()
     }
+    for column, rule in enumerate(early):  # a rule run before extraction dropped pages, not documents: its sample
+        rows = np.flatnonzero(dropped_early[:, column])
+        chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
+        samples[rule] = samples.get(rule, []) + [_prefiltered_page(view, row, rule_objects[rule]) for row in chosen]
     near = {
         threshold.reason: [_document(view, row, texts[row], rule_objects.get(threshold.rule)) for row in rows]
         for threshold, rows in nearest.items()
@@ -246,6 +261,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         "job": view.job.name,
         "run": view.job.output,
         "hypothetical": view.hypothetical,
+        "before_extraction": early,  # the rules run before extraction, whose drops are pages, not documents
         "funnel": funnel,
         "rules": rules,
         "failing": failing,
@@ -296,6 +312,29 @@ def _document(view: RunView, row: int, text: str, rule) -> dict:
         "before": source[begin:start] if span is not None else "",
         "match": source[start:end] if span is not None else "",
         "after": source[end : end + EXCERPT_CHARS // 2] if span is not None else text[:EXCERPT_CHARS],
+        "before_extraction": None,  # where a page dropped before extraction was (`_prefiltered_page`)
+    }
+
+
+def _prefiltered_page(view: RunView, row: int, rule) -> dict:
+    """A page a rule dropped before extraction, as `_document` gives a document: no text, the span in its URL."""
+    page = view.prefiltered.slice(row, 1).to_pylist()[0]
+    url = page["url"] or ""
+    span = rule.offending_span("", url)
+    start, end = (span.start, span.end) if span is not None else (0, 0)
+    begin = max(0, start - EXCERPT_CHARS // 2)
+    return {
+        "id": page["id"],
+        "url": page["url"],
+        "signals": {t.column: page[t.column] for t in view.thresholds if t.rule == rule.name},
+        "failures": page["failures"] or [],
+        "duplicate_of": None,
+        "span_label": span.label if span is not None else None,
+        "span_in_url": span is not None,
+        "before": url[begin:start] if span is not None else "",
+        "match": url[start:end] if span is not None else "",
+        "after": url[end : end + EXCERPT_CHARS // 2] if span is not None else "",
+        "before_extraction": f"{page['source']} at byte {page['offset']:,}",
     }
 
 
@@ -333,6 +372,8 @@ def _documents_html(documents: list[dict]) -> str:
         label = f" <span class=label>{html.escape(doc['span_label'])}</span>" if doc["span_label"] else ""
         where = " (in the URL)" if doc["span_in_url"] else ""
         duplicate = f"<div>duplicate of {html.escape(doc['duplicate_of'])}</div>" if doc["duplicate_of"] else ""
+        if doc["before_extraction"]:
+            duplicate += f"<div>dropped before extraction (no text): {html.escape(doc['before_extraction'])}</div>"
         excerpt = f"{html.escape(doc['before'])}<mark>{html.escape(doc['match'])}</mark>{html.escape(doc['after'])}"
         items.append(
             f"<li><div class=url>{html.escape(doc['url'] or doc['id'])}</div><div class=signals>{signals}"
@@ -363,6 +404,7 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
     """The report as one HTML page, its figures embedded as data URIs."""
     title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
     with_tokens = data["funnel"][-1]["tokens"] is not None
+    early = bool(data["before_extraction"])
     units = ["words", "tokens"] if with_tokens else ["words"]
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
@@ -374,12 +416,27 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
             [[row["step"], row["documents"], *(_blank(row[unit]) for unit in units)] for row in data["funnel"]],
         ),
         "<h2>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail; exclusively:"
-        " failing no other rule; first: dropped by it first, in the job's order.</p>",
+        " failing no other rule; first: dropped by it first, in the job's order"
+        + (
+            "; before extraction: pages the rule dropped before they were extracted (no text, so no words)"
+            if early
+            else ""
+        )
+        + ".</p>",
         _table(
-            ["rule", "documents", *units, "exclusively", *(f"{unit} (exclusively)" for unit in units), "first"],
+            [
+                "rule",
+                *(["before extraction"] if early else []),
+                "documents",
+                *units,
+                "exclusively",
+                *(f"{unit} (exclusively)" for unit in units),
+                "first",
+            ],
             [
                 [
                     r["rule"],
+                    *([r["before_extraction"]] if early else []),
                     r["documents"],
                     *(r[u] for u in units),
                     r["exclusive_documents"],
