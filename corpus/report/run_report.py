@@ -44,31 +44,16 @@ class RunView:
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.plan import job_rules, make_plan
-    from corpus.engine.run_folder import JOB_COPY, STATS, RunFolder, documents_path, prefiltered_path, selection_path
+    from corpus.engine.plan import make_plan
+    from corpus.engine.run_folder import STATS, RunFolder, documents_path, selection_path
     from corpus.engine.select import resolve_quantiles, stored_signals
-    from corpus.stages.prefilter import prefiltered_schema
 
     run = RunFolder(str(run_dir))
     stats = run.read_json(STATS)
     if stats is None:
         raise JobError(f"{run.url} has no stats.json: not a finished run (run `corpus run JOB` first)")
-    # The job as the run read it (its copy in the run folder), relative paths from where the job file was: the
-    # file may have been edited since, or never have been on this machine.
     job_file = Path(stats["job_file"])
-    raw = run.read_bytes(JOB_COPY)
-    if raw is None and not job_file.is_file():
-        raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
-    raw = raw if raw is not None else job_file.read_bytes()
-    if hashlib.sha256(raw).hexdigest() != stats["job_sha256"]:
-        raise JobError(
-            f"{run.url} was started again with an edited {job_file.name} and has not finished since: its stats and "
-            f"selection are of the job before; finish it (`corpus run {job_file}`) to report it"
-        )
-    data = parse_toml(raw, job_file)
-    if "variants" in data and "documents" in data:  # an ablation's variant: its job is the ablation file
-        raise JobError(_variant_run_message(run.url, job_file, data))
-    job = job_from_data(data, job_file, stats["job_sha256"], run.url, with_inputs=False)
+    job = _job_as_run(run, stats)
     if select_file is not None:
         select_path = Path(select_file)
         try:
@@ -112,12 +97,41 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         parts.append(table)
     if not parts:
         raise JobError(f"{run.url} holds no shard of its job")
-    prefiltered = None
-    if job.prefilter.rules:  # pages dropped before extraction: never documents, their URLs and reasons kept
-        rules = [rule for rule in job_rules(job) if rule.name in job.prefilter.rules]
-        stored = [run.read_table(prefiltered_path(i)) for i in shard_ids if run.exists(prefiltered_path(i))]
-        prefiltered = pa.concat_tables(stored) if stored else prefiltered_schema(rules).empty_table()
+    prefiltered = _prefiltered_pages(run, job, shard_ids) if job.prefilter.rules else None
     return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered)
+
+
+def _job_as_run(run, stats: dict) -> Job:
+    """The job as the run read it (its copy in the run folder), relative paths from where the job file was: the
+    file may have been edited since, or never have been on this machine; its inputs are not read."""
+    from corpus.engine.run_folder import JOB_COPY
+
+    job_file = Path(stats["job_file"])
+    raw = run.read_bytes(JOB_COPY)
+    if raw is None and not job_file.is_file():
+        raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
+    raw = raw if raw is not None else job_file.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != stats["job_sha256"]:
+        raise JobError(
+            f"{run.url} was started again with an edited {job_file.name} and has not finished since: its stats and "
+            f"selection are of the job before; finish it (`corpus run {job_file}`) to report it"
+        )
+    data = parse_toml(raw, job_file)
+    if "variants" in data and "documents" in data:  # an ablation's variant: its job is the ablation file
+        raise JobError(_variant_run_message(run.url, job_file, data))
+    return job_from_data(data, job_file, stats["job_sha256"], run.url, with_inputs=False)
+
+
+def _prefiltered_pages(run, job: Job, shard_ids: list[str]) -> pa.Table:
+    """The pages the job's [prefilter] rules dropped: never documents, their URLs, reasons and signals kept."""
+    from corpus.engine.plan import job_rules
+    from corpus.engine.run_folder import prefiltered_path
+    from corpus.stages.prefilter import prefiltered_schema
+
+    stored = [run.read_table(prefiltered_path(i)) for i in shard_ids if run.exists(prefiltered_path(i))]
+    if stored:
+        return pa.concat_tables(stored)
+    return prefiltered_schema([rule for rule in job_rules(job) if rule.name in job.prefilter.rules]).empty_table()
 
 
 def _variant_run_message(url: str, ablation_file: Path, ablation: dict) -> str:
