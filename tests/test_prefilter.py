@@ -3,7 +3,9 @@ exactly one outcome, and what they drop is what selection would have dropped aft
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -70,6 +72,10 @@ def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path
     full_selection = pq.read_table(full.url + "/selection")
     blocked = full_selection.filter(pa.compute.equal(full_selection.column("first_failure"), "url.blocked_domain.max"))
     assert stored.isdisjoint(blocked.column("id").to_pylist())  # never extracted, never stored
+    manifest = json.loads((Path(early.url) / "manifest.json").read_text())  # the documents, not the dropped pages
+    assert [(shard["path"], shard["rows"]) for shard in manifest["shards"]] == [
+        (f"documents/{manifest['shards'][0]['id']}.parquet", early_stats["stages"]["annotate"]["kept"])
+    ]
     # What the URL rule threw away before extraction can be read: its pages' URLs, reasons and signals, no text.
     dropped = pq.read_table(early.url + "/prefiltered")
     assert sorted(dropped.column("id").to_pylist()) == sorted(blocked.column("id").to_pylist())

@@ -127,9 +127,9 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     if unreadable:  # nothing of the input was read: not complete, so the next run tries it again
         raise InputFailed(f"{shard.label}: {unreadable[0].message}; corpus reads WARC/WET files and datasets")
     if before_extraction:  # written even when empty: it replaces what an earlier extraction of the shard left
-        with folder.parquet_writer(prefiltered_path(shard.id), prefiltered_schema(before_extraction)) as writer:
+        with folder.parquet_writer(prefiltered_path(shard.id), prefiltered_schema(before_extraction)) as pages_out:
             for table in prefiltered:
-                writer.write(table)
+                pages_out.write(table)
     return {
         "id": shard.id,
         "source": shard.source,
