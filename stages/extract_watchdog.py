@@ -35,6 +35,8 @@ import numpy as np
 import pyarrow as pa
 from corpus.stages.columns import column_of, concatenated
 
+from corpus.memory import BATCH_MMAP_THRESHOLD, keep_freed_memory
+
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
 _SEND_BYTES = 64 << 20  # and at most this much payload (but one page), well inside the process's memory limit
 _STARTUP_TIMEOUT_S = 120.0
@@ -103,6 +105,7 @@ def serve_extractor(fd: int, progress_fd: int) -> None:
     settings, memory_limit_mb = conn.recv()
     limit = memory_limit_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    keep_freed_memory(BATCH_MMAP_THRESHOLD)
     try:
         handle = PageExtractor(settings)
     except ValueError as exc:  # a setting it cannot use (a model file that is not one): said, not a traceback

@@ -29,7 +29,7 @@ from corpus.config.job import Job
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import RunFolder
 from corpus.engine.stores import store_refusal
-from corpus.memory import keep_freed_memory
+from corpus.memory import BATCH_MMAP_THRESHOLD, keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -82,20 +82,13 @@ def task_folder(options: Job, task: Task) -> RunFolder:
     return documents_folder(options) if KINDS[task.kind].in_documents_folder else RunFolder(options.output)
 
 
-# A batch's arrays are tens of MB, allocated and freed every batch: mapped anew each time, the kernel zeroed every
-# page of them again (numpy asks for 2 MB huge pages for large arrays, zeroed whole). Kept, the pipeline's process
-# spends ~0.05 ms a page less CPU on the 4,395-page benchmark shard (perf samples, three interleaved pairs of runs);
-# a threshold of 1 GB (the payloads' buffer from the heap too) measured more page clearing, not less.
-_BATCH_MMAP_THRESHOLD = 32 * 1024 * 1024
-
-
 def execute(options: Job, task: Task, context: Context | None = None) -> dict:
     """Run one task unless its marker says it is done; its marker is written after its outputs."""
     folder = task_folder(options, task)
     done = folder.done(task.marker, task.key)
     if done is not None:
         return done
-    keep_freed_memory(_BATCH_MMAP_THRESHOLD)
+    keep_freed_memory(BATCH_MMAP_THRESHOLD)
     gc.freeze()  # what exists before the task (modules; Ray's runtime in a worker) stays out of the collector's passes
     try:
         report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
