@@ -123,20 +123,32 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     import pyarrow.compute as pc
 
     from corpus.engine import RunFolder
+    from corpus.engine.run_folder import STATS
     from corpus.stages.tokenize import TokenizerError, train_tokenizer
 
     run = RunFolder(args.run)
     if not run.exists("selection"):
         print(f"corpus: {run.url} holds no selection/: give a finished run's folder", file=sys.stderr)
         return 2
+    if Path(args.out).is_dir():
+        print(
+            f"corpus: --out {args.out} is a folder; give the tokenizer file's path (e.g. tokenizer.json)",
+            file=sys.stderr,
+        )
+        return 2
     selection = run.read_folder("selection", columns=["id", "kept"])
     kept = selection.filter(selection.column("kept")).column("id")
     if not len(kept):
         print(f"corpus: {run.url} has no selected documents to train on", file=sys.stderr)
         return 2
-    documents = run.read_folder("documents", columns=["id", "text"])
+    source = RunFolder((run.read_json(STATS) or {}).get("documents_from") or run.url)  # a variant's: its documents run
+    if not source.exists("documents"):
+        print(f"corpus: {source.url} holds no documents/: give a finished run's folder", file=sys.stderr)
+        return 2
+    documents = source.read_folder("documents", columns=["id", "text"])
     selected = documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
     texts = selected.column("text").to_pylist()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     try:
         size = train_tokenizer(texts, args.vocab_size, args.out)
     except TokenizerError as exc:

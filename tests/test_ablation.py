@@ -240,6 +240,15 @@ def test_a_variants_folder_is_not_reported_as_a_run_but_pointed_to_what_holds_it
     )
 
 
+def test_a_tokenizer_trains_on_a_variants_selection_from_its_documents_run(micro, tmp_path, capsys):
+    from corpus.cli import main
+
+    variant = micro[0] / "ablation" / "variants" / "filtered"  # a selection; the documents are the documents run's
+    selection = pq.read_table(variant / "selection", columns=["kept"]).column("kept").to_pylist()
+    assert main(["tokenizer", "train", str(variant), "--vocab-size", "300", "--out", str(tmp_path / "t.json")]) == 0
+    assert f"trained on {sum(selection):,} documents" in capsys.readouterr().out
+
+
 def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(micro):
     folder, _, summary, copied_id, _ = micro
     overlap = pq.read_table(folder / "ablation" / "decontamination.parquet")

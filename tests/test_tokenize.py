@@ -241,9 +241,14 @@ def test_the_tokenizer_command_trains_on_the_selected_documents_of_a_run(token_r
 
     run, _ = token_run
     kept = pq.read_table(run / "selection", columns=["kept"]).column("kept").to_numpy(zero_copy_only=False).sum()
-    assert main(["tokenizer", "train", str(run), "--vocab-size", "600", "--out", str(tmp_path / "t.json")]) == 0
+    out = tmp_path / "new" / "t.json"  # its folder made, as a run's output folder is
+    assert main(["tokenizer", "train", str(run), "--vocab-size", "600", "--out", str(out)]) == 0
     assert f"trained on {kept:,} documents" in capsys.readouterr().out
-    assert TextTokenizer(str(tmp_path / "t.json"), END_OF_TEXT).vocab_size == 600
+    assert TextTokenizer(str(out), END_OF_TEXT).vocab_size == 600
+    assert main(["tokenizer", "train", str(run), "--out", str(tmp_path)]) == 2  # refused before training
+    assert capsys.readouterr().err == (
+        f"corpus: --out {tmp_path} is a folder; give the tokenizer file's path (e.g. tokenizer.json)\n"
+    )
 
 
 def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resumes(token_run):

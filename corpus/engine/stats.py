@@ -98,6 +98,7 @@ def summarize(
         "job_sha256": job.source_sha256,
         "corpus_version": __version__,
         "output": job.output,
+        "documents_from": job.documents_from or None,  # an ablation variant: the run holding its documents
         "shards": {
             "planned": len(reports) + len(set(failed) - {r["source"] for r in reports}),
             "complete": len(reports),
