@@ -67,12 +67,14 @@ def test_the_classifier_separates_reference_articles_from_crawl_pages_on_held_ou
     assert held_out["positives"] == held_out["negatives"] == round(per_class * 0.2)
     assert held_out["roc_auc"] >= 0.9, held_out
 
-    # the same inputs and seed give the same model; eval re-scores any labelled set
-    again = tmp_path / "again.bin"
+    # the same inputs and seed give the same model (its folder made); eval re-scores any labelled set
+    again = tmp_path / "models" / "again.bin"
     train(read_texts([str(positives)]), read_texts([str(negatives)]), str(again), SMALL)
     assert again.read_bytes() == model.read_bytes()
     assert main(["classifier", "eval", str(model), "--positive", str(positives), "--negative", str(negatives)]) == 0
     assert "roc_auc" in capsys.readouterr().out
+    with pytest.raises(ClassifierError, match=f"^{tmp_path} is a folder; give the model file's path"):
+        train(read_texts([str(positives)]), read_texts([str(negatives)]), str(tmp_path), SMALL)
 
 
 def test_training_settings_out_of_range_are_refused_with_the_setting_named(capsys):

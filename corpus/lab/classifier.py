@@ -113,6 +113,9 @@ def train(positives: list[str], negatives: list[str], out: str, options: TrainOp
     thread gives the same model for the same inputs."""
     if not positives or not negatives:
         raise ClassifierError(f"need documents of both classes: {len(positives)} positive, {len(negatives)} negative")
+    if Path(out).is_dir():
+        raise ClassifierError(f"{out} is a folder; give the model file's path (e.g. quality.bin)")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)  # as a run makes its output folder
     rng = random.Random(options.seed)
     size = min(len(positives), len(negatives))
     classes = {POSITIVE: rng.sample(positives, size), NEGATIVE: rng.sample(negatives, size)}
