@@ -130,11 +130,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     if not run.exists("selection"):
         print(f"corpus: {run.url} holds no selection/: give a finished run's folder", file=sys.stderr)
         return 2
-    if Path(args.out).is_dir():
-        print(
-            f"corpus: --out {args.out} is a folder; give the tokenizer file's path (e.g. tokenizer.json)",
-            file=sys.stderr,
-        )
+    if not _writable_file(args.out, "tokenizer.json"):
         return 2
     selection = run.read_folder("selection", columns=["id", "kept"])
     kept = selection.filter(selection.column("kept")).column("id")
@@ -158,9 +154,21 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _writable_file(path: str, example: str) -> bool:
+    """False after saying so when `path`, where a file is to be written, is a folder (its missing folders are made)."""
+    if Path(path).is_dir():
+        print(f"corpus: {path} is a folder; give the path of the file to write (e.g. {example})", file=sys.stderr)
+        return False
+    return True
+
+
 def _sample(args: argparse.Namespace) -> int:
     from corpus.sample.generate import write_sample_tokenizer, write_sample_warc
 
+    if not _writable_file(args.out, "sample.warc.gz") or not (
+        args.tokenizer is None or _writable_file(args.tokenizer, "tokenizer.json")
+    ):
+        return 2
     count = write_sample_warc(args.out)
     print(f"wrote {count} pages to {args.out}")
     if args.tokenizer:

@@ -110,6 +110,10 @@ def test_the_embedded_sample_is_rebuilt_byte_for_byte(tmp_path):
     )
     assert rebuilt["vocab"] == shipped["vocab"] and rebuilt["merges"] == shipped["merges"]
     assert len(shipped["vocab"]) == 2_000
+    # from the command line, into a folder it makes; a folder as the file to write is refused
+    assert main(["sample", "--out", str(tmp_path / "new" / "sample.warc.gz")]) == 0
+    assert (tmp_path / "new" / "sample.warc.gz").read_bytes() == data
+    assert main(["sample", "--out", str(tmp_path)]) == 2
 
 
 def test_sample_job_from_the_cli(tmp_path, capsys):

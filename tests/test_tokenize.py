@@ -247,7 +247,7 @@ def test_the_tokenizer_command_trains_on_the_selected_documents_of_a_run(token_r
     assert TextTokenizer(str(out), END_OF_TEXT).vocab_size == 600
     assert main(["tokenizer", "train", str(run), "--out", str(tmp_path)]) == 2  # refused before training
     assert capsys.readouterr().err == (
-        f"corpus: --out {tmp_path} is a folder; give the tokenizer file's path (e.g. tokenizer.json)\n"
+        f"corpus: {tmp_path} is a folder; give the path of the file to write (e.g. tokenizer.json)\n"
     )
 
 
