@@ -85,6 +85,21 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
         holder.unlock()
 
 
+def test_a_file_is_not_taken_for_an_output_folder(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "notes.txt")
+    assert main(["run", str(job), "--no-ray"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"corpus: {tmp_path / 'notes.txt'} is a file, not a folder: give the run an output folder\n"
+    )
+    assert main(["report", str(tmp_path / "notes.txt")]) == 2
+    assert capsys.readouterr().err == (
+        f"corpus: {tmp_path / 'notes.txt'} has no stats.json: not a finished run (run `corpus run JOB` first)\n"
+    )
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_an_unreadable_input_fails_its_shard_and_a_rerun_retries_it(tmp_path, capsys):
     source = tmp_path / "copy.warc.gz"
     shutil.copy(SAMPLE_PATH, source)

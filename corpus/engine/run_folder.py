@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from corpus.config import JobError
+
 PARQUET_COMPRESSION = "zstd"
 
 
@@ -95,10 +97,11 @@ class RunFolder:
         return None if data is None else json.loads(data)
 
     def read_bytes(self, relative: str) -> bytes | None:
+        """The file's bytes; None when it is not there (nor the folder: the run folder may be a file's path)."""
         try:
             with self.fs.open(self.path(relative), "rb") as fh:
                 return fh.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def read_jsons(self, relatives: list[str]) -> dict[str, dict]:
@@ -196,6 +199,8 @@ class RunFolder:
         if not self.is_local:
             self._lock_object(f"{holder} since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
             return
+        if Path(self.root).exists() and not Path(self.root).is_dir():
+            raise JobError(f"{self.url} is a file, not a folder: give the run an output folder")
         Path(self.root).mkdir(parents=True, exist_ok=True)
         handle = open(os.path.join(self.root, ".lock"), "a+")  # noqa: SIM115 - held open for the run
         try:
