@@ -144,7 +144,6 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     documents = source.read_folder("documents", columns=["id", "text"])
     selected = documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
     texts = selected.column("text").to_pylist()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     try:
         size = train_tokenizer(texts, args.vocab_size, args.out)
     except TokenizerError as exc:
@@ -155,10 +154,12 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 
 
 def _writable_file(path: str, example: str) -> bool:
-    """False after saying so when `path`, where a file is to be written, is a folder (its missing folders are made)."""
+    """Whether a file can be written at `path`: False after saying so when it is a folder; else True, its missing
+    folders made (as a run makes its output folder)."""
     if Path(path).is_dir():
         print(f"corpus: {path} is a folder; give the path of the file to write (e.g. {example})", file=sys.stderr)
         return False
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     return True
 
 
@@ -245,6 +246,8 @@ def _report(args: argparse.Namespace) -> int:
     from corpus.report.figures import signal_histograms
     from corpus.report.run_report import render_html
 
+    if args.out and not _writable_file(args.out, "report.html"):
+        return 2
     loaded = _run_report(args)
     if loaded is None:
         return 2

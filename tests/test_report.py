@@ -209,9 +209,14 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
 
 def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
     out, _ = sample_run
-    assert main(["report", str(out), "--out", str(tmp_path / "r.html"), "--sample", "2"]) == 0
+    assert main(["report", str(out), "--out", str(tmp_path / "r" / "r.html"), "--sample", "2"]) == 0
     printed = capsys.readouterr().out
-    assert "funnel" in printed and "gopher_quality" in printed and (tmp_path / "r.html").stat().st_size > 10_000
+    assert "funnel" in printed and "gopher_quality" in printed and (tmp_path / "r" / "r.html").stat().st_size > 10_000
+    assert main(["report", str(out), "--out", str(tmp_path)]) == 2  # a folder: refused before the report is made
+    assert (
+        capsys.readouterr().err
+        == f"corpus: {tmp_path} is a folder; give the path of the file to write (e.g. report.html)\n"
+    )
     assert main(["inspect", str(out), "--rule", "url", "--sample", "2"]) == 0
     printed = capsys.readouterr().out
     assert "url.blocked_domain = " in printed and "(in the URL)" in printed
