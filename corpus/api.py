@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pydantic import ValidationError
 
-from corpus.config.job import JobError, resolve_rule_settings, resolve_thresholds
+from corpus.config.job import JobError, check_language_codes, resolve_rule_settings, resolve_thresholds
 from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.annotate import annotate_documents, signal_fields
 from corpus.stages.dedup import MinHashOptions, band_hashes, jaccard, minhash_signatures, permutations
@@ -161,8 +162,15 @@ def apply_rules(
     order); `settings`: `{rule: {option: value}}` as a job's `[rules.NAME]` tables; `thresholds`: a job's
     `[select]` table as a dict, e.g. `{"gopher_quality": {"words": {"min": 100}}}` (default: each rule's
     published thresholds). Corpus rules and quantile thresholds take these documents as the corpus."""
-    table = _documents_table(documents)
     computed = _rules(rules, settings)
+    language = next((rule for rule in computed if rule.name == "language"), None)
+    given = documents.column_names if isinstance(documents, pa.Table) else list(getattr(documents, "columns", []))
+    if language is not None and "lang" not in given:
+        try:  # languages identified here, so codes lid.176 answers: 'english' would drop every document
+            check_language_codes({"rules.language.languages": language.options.languages}, "", _arguments())
+        except JobError as exc:
+            raise _in_arguments(exc) from None
+    table = _documents_table(documents)
     names = [rule.name for rule in computed]
     try:
         _, chosen = resolve_thresholds(thresholds or {}, names, _arguments())
@@ -201,6 +209,16 @@ def mask_pii(text: str, kinds: Sequence[str] = ("email", "phone", "ip")) -> tupl
     return masked[0], {kind: int(counts[SIGNAL_OF[kind]][0]) for kind in KINDS}
 
 
+def _setting_problem(error: dict) -> str:
+    """One pydantic error about a `[dedup.minhash]` setting given as a keyword argument, in those terms."""
+    name = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"unknown setting {name!r} (settings: {', '.join(MinHashOptions.model_fields)})"
+    if error["type"] == "value_error":  # the options' own check (of one setting, or of them together)
+        return f"{name}: {error['ctx']['error']}" if name else str(error["ctx"]["error"])
+    return f"{name}: {error['msg'].lower()} (got {error.get('input')!r})"
+
+
 NEAR_DUPLICATES = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
@@ -221,7 +239,10 @@ def near_duplicates(
     are duplicates of it. With `verify_threshold`, a duplicate whose exact shingle Jaccard with the kept document is
     below it stays (`jaccard` says how near it was). `minhash`: `[dedup.minhash]` settings (ngram = 5,
     permutations = 112, bands = 14, rows = 8, threshold, seed = 1). One row per text, in order (`NEAR_DUPLICATES`)."""
-    options = MinHashOptions(**minhash, verify_threshold=verify_threshold)
+    try:
+        options = MinHashOptions(**minhash, verify_threshold=verify_threshold)
+    except ValidationError as exc:
+        raise ValueError(f"near_duplicates: {'; '.join(map(_setting_problem, exc.errors()))}") from None
     texts = _texts(texts)
     n = len(texts)
     ids = [str(i) for i in range(n)] if ids is None else [str(i) for i in ids]

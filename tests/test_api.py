@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -185,6 +186,20 @@ def test_the_api_refuses_bad_arguments_with_what_to_do():
         apply_rules(["x"], rules=["url"], settings={"url": {"blocklist": "no"}})
     with pytest.raises(ValueError, match="one distinct id per text"):
         near_duplicates(["a", "b"], ids=["1", "1"])
+    # languages identified here are lid.176's codes: 'english' dropped every document; a given `lang` column's own
+    wrong_code = r"^apply_rules: key settings\['language'\]\['languages'\]: 'english' is not a language the language-ID"
+    with pytest.raises(ValueError, match=wrong_code + r" model answers; did you mean 'en'\?"):
+        apply_rules(["x"], rules=["language"], settings={"language": {"languages": ["english"]}})
+    own = pd.DataFrame({"text": ["x"], "lang": ["english"], "lang_score": [0.9]})
+    assert apply_rules(own, rules=["language"], settings={"language": {"languages": ["english"]}})["kept"][0].as_py()
+    for settings, said in [
+        ({"bands": 0}, "bands: input should be greater than or equal to 1 (got 0)"),
+        ({"bandz": 3}, "unknown setting 'bandz' (settings: ngram, permutations, bands, rows, threshold, seed, "),
+        ({"bands": 7, "rows": 8, "permutations": 10}, "bands x rows = 56 is more than permutations = 10"),
+    ]:  # the [dedup.minhash] settings in the keywords' terms, not pydantic's
+        with pytest.raises(ValueError) as refused:
+            near_duplicates(["a b c"], **settings)
+        assert str(refused.value).startswith(f"near_duplicates: {said}"), refused.value
     for call in (lambda: identify_language("one text"), lambda: near_duplicates("one text"), lambda: apply_rules("x")):
         with pytest.raises(TypeError, match="^give a list of texts, not one string$"):
             call()

@@ -176,15 +176,23 @@ def _check_languages(job: Job, rule_settings: tuple, path: Path) -> None:
     """The languages a job keeps are codes its language-ID model answers: one it never answers ('english', 'EN')
     would drop every page. A dataset's own `lang` column may use other codes: the rule's are not checked then."""
     language = dict(rule_settings).get("language")
-    asked = {
-        "extract.prepass_languages": job.extract.prepass_languages,
-        "rules.language.languages": language["languages"] if language and not job.dataset.lang else [],
-    }
+    check_language_codes(
+        {
+            "extract.prepass_languages": job.extract.prepass_languages,
+            "rules.language.languages": language["languages"] if language and not job.dataset.lang else [],
+        },
+        job.extract.lid_model,
+        path,
+    )
+
+
+def check_language_codes(asked: dict[str, list[str]], lid_model: str, path: Path) -> None:
+    """Refuses (`JobError`, naming `path` and the key) codes the language-ID model never answers."""
     if not any(asked.values()):
         return
     from corpus.stages.extract import LanguageIdentifier
 
-    labels = LanguageIdentifier(job.extract.lid_model).model.labels
+    labels = LanguageIdentifier(lid_model).model.labels
     for key, codes in asked.items():
         unknown = [code for code in codes if code not in labels]
         if unknown:
