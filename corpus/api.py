@@ -209,11 +209,20 @@ def mask_pii(text: str, kinds: Sequence[str] = ("email", "phone", "ip")) -> tupl
     return masked[0], {kind: int(counts[SIGNAL_OF[kind]][0]) for kind in KINDS}
 
 
-def _setting_problem(error: dict) -> str:
-    """One pydantic error about a `[dedup.minhash]` setting given as a keyword argument, in those terms."""
+def _options(function: str, options_class, **settings: Any):
+    """`options_class(**settings)`, or a ValueError naming `function` and each setting at fault in its own terms
+    (keyword arguments, not pydantic's)."""
+    try:
+        return options_class(**settings)
+    except ValidationError as exc:
+        problems = "; ".join(_setting_problem(error, options_class) for error in exc.errors())
+        raise ValueError(f"{function}: {problems}") from None
+
+
+def _setting_problem(error: dict, options_class) -> str:
     name = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"unknown setting {name!r} (settings: {', '.join(MinHashOptions.model_fields)})"
+        return f"unknown setting {name!r} (settings: {', '.join(options_class.model_fields)})"
     if error["type"] == "value_error":  # the options' own check (of one setting, or of them together)
         return f"{name}: {error['ctx']['error']}" if name else str(error["ctx"]["error"])
     return f"{name}: {error['msg'].lower()} (got {error.get('input')!r})"
@@ -239,10 +248,7 @@ def near_duplicates(
     are duplicates of it. With `verify_threshold`, a duplicate whose exact shingle Jaccard with the kept document is
     below it stays (`jaccard` says how near it was). `minhash`: `[dedup.minhash]` settings (ngram = 5,
     permutations = 112, bands = 14, rows = 8, threshold, seed = 1). One row per text, in order (`NEAR_DUPLICATES`)."""
-    try:
-        options = MinHashOptions(**minhash, verify_threshold=verify_threshold)
-    except ValidationError as exc:
-        raise ValueError(f"near_duplicates: {'; '.join(map(_setting_problem, exc.errors()))}") from None
+    options = _options("near_duplicates", MinHashOptions, **minhash, verify_threshold=verify_threshold)
     texts = _texts(texts)
     n = len(texts)
     ids = [str(i) for i in range(n)] if ids is None else [str(i) for i in ids]
@@ -288,7 +294,7 @@ def exact_duplicate_lines(documents: Documents, max_copies: int = 6, normalise: 
     from corpus.rules.line_dedup import LineDedup
 
     table = _documents_table(documents)
-    rule = LineDedup(LineDedup.Options(max_copies=max_copies, normalise=normalise))
+    rule = LineDedup(_options("exact_duplicate_lines", LineDedup.Options, max_copies=max_copies, normalise=normalise))
     docs = DocumentBatch.from_table(table)
     summary = rule.summarize([rule.accumulate(docs)])
     values = rule.corpus_signals(docs, summary)

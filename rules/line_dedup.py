@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
+from pydantic import Field
 
 from corpus.rulebook import CorpusRule, RuleOptions, Signal, register
 from corpus.text.batch import DocumentBatch
@@ -93,7 +94,7 @@ class LineDedup(CorpusRule):
     """Lines shared by more than `max_copies` documents of the corpus (Llama 3, CCNet)."""
 
     class Options(RuleOptions):
-        max_copies: int = 6  # a line in more documents than this is removed
+        max_copies: int = Field(6, ge=1)  # a line in more documents than this is removed (0 would remove every line)
         normalise: bool = True  # lines compare lower-cased with digits as 0 (CCNet); false: character for character
 
     name = "line_dedup"

@@ -200,6 +200,9 @@ def test_the_api_refuses_bad_arguments_with_what_to_do():
         with pytest.raises(ValueError) as refused:
             near_duplicates(["a b c"], **settings)
         assert str(refused.value).startswith(f"near_duplicates: {said}"), refused.value
+    with pytest.raises(ValueError, match=r"^exact_duplicate_lines: max_copies: input should be greater than or "
+                                         r"equal to 1 \(got 0\)$"):  # fmt: skip
+        exact_duplicate_lines(["a line"], max_copies=0)  # every line of every document would go
     for call in (lambda: identify_language("one text"), lambda: near_duplicates("one text"), lambda: apply_rules("x")):
         with pytest.raises(TypeError, match="^give a list of texts, not one string$"):
             call()

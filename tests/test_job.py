@@ -33,6 +33,10 @@ def job_file(tmp_path: Path, body: str) -> Path:
             "'resiliparse'",
         ),
         ("[read]\nbatch_size = 0\n", "key 'read.batch_size': Input should be greater than or equal to 1"),
+        (  # 0 would remove every line of every document
+            "[rules.line_dedup]\nmax_copies = 0\n",
+            "key 'rules.line_dedup.max_copies': Input should be greater than or equal to 1 (got 0)",
+        ),
         ("[extract]\nlid_model = 'nowhere.ftz'\n", "key 'extract.lid_model': no such file"),
         ("exclude = 'takedowns.parquet'\n", "key 'exclude': no such file"),
         ("[dedup]\nsteps = ['url']\nkeys = ['exact']\n", "key 'dedup': steps ['url'] need their keys"),
