@@ -590,6 +590,10 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     # its 55 more selected pages are all emptied by C4's line removal: the same training data, and said so
     assert "without_gopher_quality trained on exactly the documents of all" in out
     assert "without_modify_c4 trained on" not in out  # the same documents, but their text cut differently
+    assert main(["ablate", "report", str(folder / "ablation"), "--last", "50"]) == 0  # runs have 2 evaluations
+    assert "the mean of all its evaluations (--last 50; the fewest a run has: 2)" in " ".join(
+        capsys.readouterr().out.split()
+    )
     assert main(["ablate", "report", str(folder), "--metrics", "nothing.*"]) == 2
     assert capsys.readouterr().err == (
         f"corpus: no results file at {folder / 'results.parquet'}; run `corpus ablate run JOB` first\n"

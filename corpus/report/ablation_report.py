@@ -51,8 +51,13 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
     rows = verdict_rows(results, metrics, last=last, confidence=confidence, task_items=evaluation.get("task_items"))
     models = list(dict.fromkeys(row["model"] for row in rows))
     baseline = next(row["variant"] for row in rows if row["baseline"])
+    runs = results.group_by(["model", "variant", "seed"]).aggregate([("step", "count")])
+    fewest = min(runs.column("step_count").to_pylist())
+    averaged = f"its last {last} evaluations"
+    if last > fewest:  # each score is then the mean of every evaluation, the untrained first ones included
+        averaged = f"all its evaluations (--last {last}; the fewest a run has: {fewest})"
     table = Table(
-        title=f"{path}\nper run: the mean of its last {last} evaluations; Δ vs '{baseline}' over seeds, with its "
+        title=f"{path}\nper run: the mean of {averaged}; Δ vs '{baseline}' over seeds, with its "
         f"{confidence:.0%} paired t interval, for all the variants judged on the metric at once"
     )
     columns = (["model"] if len(models) > 1 else []) + ["metric", "variant", "passes", "mean ± std", "Δ", "interval",
