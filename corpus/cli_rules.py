@@ -60,21 +60,19 @@ def _documents_to_try(paths: list[str], limit: int, dataset=None):
 
 def _dataset_documents(path: str, fmt: str, limit: int, dataset):
     """The first `limit` documents of a dataset file, read as a run reads it; reads no further."""
-    from corpus.config import JobError
-    from corpus.config.inputs import check_dataset_columns
+    from corpus.config.inputs import dataset_columns_problem
     from corpus.engine.input_stream import InputStream
     from corpus.stages.dataset import DatasetOptions, input_columns, read_dataset
 
+    with InputStream(path, decompress=True) as stream:
+        present = input_columns(stream, fmt)
     hint = ""
     if dataset is None:  # no job: the columns a documents file has, under their own names
-        with InputStream(path, decompress=True) as stream:
-            present = input_columns(stream, fmt)
         dataset = DatasetOptions(**{name: name for name in ("id", "url", "lang") if name in present})
         hint = " (give --job with a [dataset] table)"
-    try:
-        check_dataset_columns(dataset, Path(path), (path,))
-    except JobError as exc:
-        raise TryInputError(f"{str(exc).split(': ', 1)[1]}{hint}") from None
+    problem = dataset_columns_problem(dataset, path, fmt, present)
+    if problem:
+        raise TryInputError(problem + hint)
     with InputStream(path, decompress=True) as stream:
         _, batches = read_dataset(stream, path, fmt, None, dataset, limit, Path(path).name)
         documents = 0

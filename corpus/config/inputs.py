@@ -118,7 +118,6 @@ def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str
     """Each local dataset input (and the first remote one) has the columns `dataset` maps (JSONL: the first object
     has the text field); refused at load (`path`: the job file), with the file and the columns it has. Remote files
     after the first are checked by their tasks."""
-    wanted = dataset.mapped()
     remote_checked = False
     for source in inputs:
         fmt = dataset_format(source)
@@ -130,22 +129,33 @@ def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str
                 columns = input_columns(stream, fmt)
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise JobError(f"{path}: key 'inputs': cannot read {source} as {fmt}: {exc}") from None
-        # A JSONL line may lack an optional field; its first object must have the text.
-        required = {"text": wanted["text"]} if fmt == "jsonl" else wanted
-        absent = {key: name for key, name in required.items() if name not in columns}
-        if absent:
-            keys = ", ".join(f"dataset.{key} = {name!r}" for key, name in absent.items())
-            raise JobError(
-                f"{path}: {source} has no column for {keys}; its columns are: {', '.join(columns) or 'none'}. "
-                "Set the [dataset] keys to its column names"
-            )
-        text_type = columns[wanted["text"]]
-        if text_type is not None and not is_text_type(text_type):
-            texts = [name for name, type_ in columns.items() if type_ is not None and is_text_type(type_)]
-            raise JobError(
-                f"{path}: key 'dataset.text': column {wanted['text']!r} of {source} holds {text_type}, not text; "
-                f"set dataset.text to a string column (its string columns: {', '.join(texts) or 'none'})"
-            )
+        problem = dataset_columns_problem(dataset, source, fmt, columns)
+        if problem:
+            raise JobError(f"{path}: {problem}")
+
+
+def dataset_columns_problem(
+    dataset: DatasetOptions, source: str, fmt: str, columns: dict[str, pa.DataType | None]
+) -> str | None:
+    """What is wrong with a dataset input's `columns` (`input_columns`) for the `dataset` mapping, else None."""
+    wanted = dataset.mapped()
+    # A JSONL line may lack an optional field; its first object must have the text.
+    required = {"text": wanted["text"]} if fmt == "jsonl" else wanted
+    absent = {key: name for key, name in required.items() if name not in columns}
+    if absent:
+        keys = ", ".join(f"dataset.{key} = {name!r}" for key, name in absent.items())
+        return (
+            f"{source} has no column for {keys}; its columns are: {', '.join(columns) or 'none'}. Set the [dataset] "
+            "keys to its column names"
+        )
+    text_type = columns[wanted["text"]]
+    if text_type is not None and not is_text_type(text_type):
+        texts = [name for name, type_ in columns.items() if type_ is not None and is_text_type(type_)]
+        return (
+            f"key 'dataset.text': column {wanted['text']!r} of {source} holds {text_type}, not text; set "
+            f"dataset.text to a string column (its string columns: {', '.join(texts) or 'none'})"
+        )
+    return None
 
 
 def check_exclusions(exclude: str, path: Path) -> None:
