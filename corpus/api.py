@@ -80,14 +80,18 @@ def identify_language(
     return [lang for lang, _ in found], [score for _, score in found]
 
 
+def _as_table(documents: Documents) -> pa.Table:
+    """The documents given (texts, an Arrow table, a pandas DataFrame) as an Arrow table of their own columns."""
+    if isinstance(documents, pa.Table):
+        return documents
+    if hasattr(documents, "to_dict") and hasattr(documents, "columns"):  # a pandas DataFrame
+        return pa.Table.from_pandas(documents, preserve_index=False)
+    return pa.table({"text": pa.array(_texts(documents), pa.large_string())})
+
+
 def _documents_table(documents: Documents) -> pa.Table:
     """Documents as the pipeline stores them (`DOCUMENTS` first, in order), any other given columns after."""
-    if isinstance(documents, pa.Table):
-        table = documents
-    elif hasattr(documents, "to_dict") and hasattr(documents, "columns"):  # a pandas DataFrame
-        table = pa.Table.from_pandas(documents, preserve_index=False)
-    else:
-        table = pa.table({"text": pa.array(_texts(documents), pa.large_string())})
+    table = _as_table(documents)
     if "text" not in table.column_names:
         raise ValueError(f"the documents need a `text` column; they have: {', '.join(table.column_names)}")
     if table.column("text").null_count:
@@ -163,14 +167,14 @@ def apply_rules(
     `[select]` table as a dict, e.g. `{"gopher_quality": {"words": {"min": 100}}}` (default: each rule's
     published thresholds). Corpus rules and quantile thresholds take these documents as the corpus."""
     computed = _rules(rules, settings)
+    given = _as_table(documents)
     language = next((rule for rule in computed if rule.name == "language"), None)
-    given = documents.column_names if isinstance(documents, pa.Table) else list(getattr(documents, "columns", []))
-    if language is not None and "lang" not in given:
+    if language is not None and "lang" not in given.column_names:
         try:  # languages identified here, so codes lid.176 answers: 'english' would drop every document
             check_language_codes({"rules.language.languages": language.options.languages}, "", _arguments())
         except JobError as exc:
             raise _in_arguments(exc) from None
-    table = _documents_table(documents)
+    table = _documents_table(given)
     names = [rule.name for rule in computed]
     try:
         _, chosen = resolve_thresholds(thresholds or {}, names, _arguments())
