@@ -152,6 +152,7 @@ def verdict_rows(
                 first_with_data.setdefault(scores[model, variant]["data"], variant)
             base = scores[model, baseline]
             base_limited = limited_by(base)
+            paired = {v: sorted(set(scores[model, v]["values"]) & set(base["values"])) for v in present}
             judged = [  # the family the confidence holds for: variants with a verdict to give, on other data
                 v
                 for v in present
@@ -159,13 +160,13 @@ def verdict_rows(
                 and base_limited is None
                 and limited_by(scores[model, v]) is None
                 and first_with_data[scores[model, v]["data"]] != first_with_data[base["data"]]
-                and len(set(scores[model, v]["values"]) & set(base["values"])) > 1
+                and len(paired[v]) > 1
             ]
             metric_rows = []
             for variant in present:
                 score = scores[model, variant]
                 values = np.array(list(score["values"].values()))
-                seeds = sorted(set(score["values"]) & set(base["values"]))
+                seeds = paired[variant]
                 differences = np.array([score["values"][s] - base["values"][s] for s in seeds])
                 delta = float(differences.mean()) if len(differences) else float("nan")
                 half = paired_interval(differences, confidence, max(len(judged), 1))
