@@ -244,7 +244,7 @@ def _run_report(args: argparse.Namespace):
 def _report(args: argparse.Namespace) -> int:
     from corpus.engine import RunFolder
     from corpus.report.figures import signal_histograms
-    from corpus.report.run_report import render_html
+    from corpus.report.html_page import render_html
 
     if args.out and not _writable_file(args.out, "report.html"):
         return 2

@@ -20,7 +20,8 @@ from corpus.cli import main
 from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
 from corpus.report.figures import histogram_layout, signal_histograms
-from corpus.report.run_report import load_run, render_html, report_data
+from corpus.report.html_page import render_html
+from corpus.report.run_report import load_run, report_data
 
 
 @pytest.fixture(scope="module")

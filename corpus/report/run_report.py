@@ -8,13 +8,12 @@ signals: "what would this threshold delete?" (dedup is not re-run for a hypothet
 `report_data` computes the funnel, per-rule drops (alone and exclusively: documents, words, and tokens by the
 run's tokenizer when it has one), the overlap
 between rules, samples of dropped documents with their offending span and of kept ones nearest each threshold,
-and the top domains by documents dropped; `render_html` renders it as one self-contained page (figures embedded).
+and the top domains by documents dropped; `corpus.report.html_page` renders it as one page.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,132 +358,3 @@ def _described(docs: pa.Table, doc_id: str | None) -> str | None:
     at = pc.index(docs.column("id"), doc_id).as_py()
     url = docs.column("url")[at].as_py() if at >= 0 else None
     return url or doc_id
-
-
-def _table(headers: list[str], rows: list[list]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(f'{c:,}' if isinstance(c, int) else str(c))}</td>" for c in row) + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _blank(value) -> int | str:
-    return "" if value is None else value
-
-
-def _documents_html(documents: list[dict]) -> str:
-    items = []
-    for doc in documents:
-        failing = {reason.rsplit(".", 1)[0] for reason in doc["failures"]}
-        signals = ", ".join(
-            (f"<b class=failed>{html.escape(shown)}</b>" if name in failing else html.escape(shown))
-            for name, value in doc["signals"].items()
-            for shown in [f"{name} = {value:.4g}" if isinstance(value, float) else f"{name} = {value}"]
-        )
-        label = f" <span class=label>{html.escape(doc['span_label'])}</span>" if doc["span_label"] else ""
-        where = " (in the URL)" if doc["span_in_url"] else ""
-        duplicate = f"<div>duplicate of {html.escape(doc['duplicate_of'])}</div>" if doc["duplicate_of"] else ""
-        if doc["before_extraction"]:
-            duplicate += f"<div>dropped before extraction (no text): {html.escape(doc['before_extraction'])}</div>"
-        excerpt = f"{html.escape(doc['before'])}<mark>{html.escape(doc['match'])}</mark>{html.escape(doc['after'])}"
-        items.append(
-            f"<li><div class=url>{html.escape(doc['url'] or doc['id'])}</div><div class=signals>{signals}"
-            f"{label}{where}</div>{duplicate}<pre>{excerpt}</pre></li>"
-        )
-    return f"<ul class=docs>{''.join(items)}</ul>" if items else "<p>none</p>"
-
-
-STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px;overflow-wrap:anywhere}
-.figures{display:flex;flex-wrap:wrap}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f3f3f3}td:first-child{text-align:left}.figures img{margin:4px;border:1px solid #eee}
-ul.docs{list-style:none;padding:0}ul.docs li{border-left:3px solid #e45756;margin:0.6em 0;padding-left:0.6em}
-.url{font-weight:600}.signals{color:#555;font-size:90%}.label{background:#fde2e1;padding:0 4px}
-pre{white-space:pre-wrap;background:#fafafa;padding:0.4em;font-size:85%}mark{background:#ffd54f}
-th,td:first-child{white-space:nowrap;overflow-wrap:normal}.wide{overflow-x:auto}.failed{color:#c0392b}"""
-
-# Marks <body> with how many images loaded and how many failed: a headless browser test reads them.
-IMAGE_CHECK = """window.addEventListener("load", function () {
-  var images = Array.from(document.images);
-  document.body.dataset.images = images.length;
-  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
-  document.body.dataset.brokenImages = broken.length;
-});"""
-
-
-def render_html(data: dict, figures: dict[str, str]) -> str:
-    """The report as one HTML page, its figures embedded as data URIs."""
-    title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
-    with_tokens = data["funnel"][-1]["tokens"] is not None
-    early = bool(data["before_extraction"])
-    units = ["words", "tokens"] if with_tokens else ["words"]
-    parts = [
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
-        f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
-        "<h2>Funnel</h2>",
-        _table(
-            ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
-            [[row["step"], row["documents"], *(_blank(row[unit]) for unit in units)] for row in data["funnel"]],
-        ),
-        "<h2>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail; exclusively:"
-        " failing no other rule; first: dropped by it first, in the job's order"
-        + (
-            "; before extraction: pages the rule dropped before they were extracted (no text, so no words)"
-            if early
-            else ""
-        )
-        + ".</p>",
-        _table(
-            [
-                "rule",
-                *(["before extraction"] if early else []),
-                "documents",
-                *units,
-                "exclusively",
-                *(f"{unit} (exclusively)" for unit in units),
-                "first",
-            ],
-            [
-                [
-                    r["rule"],
-                    *([r["before_extraction"]] if early else []),
-                    r["documents"],
-                    *(r[u] for u in units),
-                    r["exclusive_documents"],
-                    *(r["exclusive"][u] for u in units),
-                    r["dropped_first"],
-                ]
-                for r in data["rules"]
-            ],  # fmt: skip
-        ),
-        "<h2>Overlap between rules</h2><p>documents failing both.</p><div class=wide>",
-        _table(
-            ["", *data["overlap"]["rules"]],
-            [[rule, *row] for rule, row in zip(data["overlap"]["rules"], data["overlap"]["matrix"], strict=True)],
-        ),
-        "</div>",
-    ]
-    if data["dedup"]:
-        parts.append("<h2>Dedup</h2>" + _table(["step", "documents"], [[k, v] for k, v in data["dedup"].items()]))
-    parts.append(
-        "<h2>Signals</h2><p>every document, counts on a log scale; the red line is the threshold and the shade the "
-        "side it drops; a red bar is the value a true/false threshold drops.</p><div class=figures>"
-    )
-    parts += [f'<img alt="{html.escape(reason)}" src="data:image/png;base64,{png}">' for reason, png in figures.items()]
-    parts.append("</div><h2>Dropped documents, a sample per rule</h2>")
-    for rule, documents in data["samples"].items():
-        parts.append(f"<h3 id='{html.escape(rule)}'>{html.escape(rule)}</h3>{_documents_html(documents)}")
-    parts.append("<h2>Kept documents nearest each threshold</h2>")
-    for reason, documents in data["near_threshold"].items():
-        parts.append(f"<h3>{html.escape(reason)} = {data['thresholds'][reason]}</h3>{_documents_html(documents)}")
-    parts.append("<h2>Domains by documents dropped</h2>")
-    parts.append(
-        _table(
-            ["domain", "dropped", "documents"], [[d["domain"], d["dropped"], d["documents"]] for d in data["domains"]]
-        )
-    )
-    parts.append("</body></html>")
-    return "".join(parts)
