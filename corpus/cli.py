@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from corpus.cli_report import inspect_command, report_command
 from corpus.cli_rules import rules_list, rules_try
 from corpus.config.job import JobError, load_job
 from corpus.engine.run_folder import OutputLocked
@@ -130,7 +131,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     if not run.exists("selection"):
         print(f"corpus: {run.url} holds no selection/: give a finished run's folder", file=sys.stderr)
         return 2
-    if not _writable_file(args.out, "tokenizer.json"):
+    if not writable_file(args.out, "tokenizer.json"):
         return 2
     selection = run.read_folder("selection", columns=["id", "kept"])
     kept = selection.filter(selection.column("kept")).column("id")
@@ -153,7 +154,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _writable_file(path: str, example: str) -> bool:
+def writable_file(path: str, example: str) -> bool:
     """Whether a file can be written at `path`: False after saying so when it is a folder; else True, its missing
     folders made (as a run makes its output folder)."""
     if Path(path).is_dir():
@@ -166,8 +167,8 @@ def _writable_file(path: str, example: str) -> bool:
 def _sample(args: argparse.Namespace) -> int:
     from corpus.sample.generate import write_sample_tokenizer, write_sample_warc
 
-    if not _writable_file(args.out, "sample.warc.gz") or not (
-        args.tokenizer is None or _writable_file(args.tokenizer, "tokenizer.json")
+    if not writable_file(args.out, "sample.warc.gz") or not (
+        args.tokenizer is None or writable_file(args.tokenizer, "tokenizer.json")
     ):
         return 2
     count = write_sample_warc(args.out)
@@ -227,102 +228,6 @@ def _ablate_report(args: argparse.Namespace) -> int:
     from corpus.report.ablation_report import print_report
 
     return print_report(Path(args.results), args.metrics, args.last, args.confidence)
-
-
-def _run_report(args: argparse.Namespace):
-    """(the run's view, its report data) for `report` and `inspect`; None after printing why it cannot be read."""
-    from corpus.report.run_report import load_run, report_data
-
-    try:
-        view = load_run(args.run, args.select)
-    except JobError as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
-        return None
-    return view, report_data(view, sample=args.sample, seed=args.seed)
-
-
-def _report(args: argparse.Namespace) -> int:
-    from corpus.engine import RunFolder
-    from corpus.report.figures import signal_histograms
-    from corpus.report.html_page import render_html
-
-    if args.out and not _writable_file(args.out, "report.html"):
-        return 2
-    loaded = _run_report(args)
-    if loaded is None:
-        return 2
-    view, data = loaded
-    page = render_html(data, signal_histograms(view)).encode("utf-8")
-    if args.out:
-        out = args.out
-        Path(out).write_bytes(page)
-    else:  # beside the run's files, wherever the run lives
-        run = RunFolder(args.run)
-        name = "report-hypothetical.html" if args.select else "report.html"
-        run.write_bytes(name, page)
-        out = f"{run.url}/{name}"
-    console = Console(width=None if sys.stdout.isatty() else 120)
-    funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
-    units = ["words", "tokens"] if data["funnel"][-1]["tokens"] is not None else ["words"]
-    for column in ("step", "documents", *units):
-        funnel.add_column(column, justify="left" if column == "step" else "right")
-    for row in data["funnel"]:
-        funnel.add_row(row["step"], f"{row['documents']:,}", *("" if row[u] is None else f"{row[u]:,}" for u in units))
-    console.print(funnel)
-    rules = Table(title="rules: documents (words) dropped")
-    early = bool(data["before_extraction"])  # those rules' drops are pages never extracted: no words
-    for column in ("rule", *(["before extraction"] if early else []), "alone", "exclusively", "first"):
-        rules.add_column(column, justify="left" if column == "rule" else "right")
-    for row in data["rules"]:
-        rules.add_row(
-            row["rule"],
-            *([f"{row['before_extraction']:,}"] if early else []),
-            f"{row['documents']:,} ({row['words']:,})",
-            f"{row['exclusive_documents']:,} ({row['exclusive']['words']:,})",
-            f"{row['dropped_first']:,}",
-        )
-    console.print(rules)
-    console.print(f"wrote {out}")
-    return 0
-
-
-def _inspect(args: argparse.Namespace) -> int:
-    loaded = _run_report(args)
-    if loaded is None:
-        return 2
-    _, data = loaded
-    if args.kept:
-        groups = {reason: docs for reason, docs in data["near_threshold"].items() if reason.split(".")[0] == args.rule}
-    else:
-        groups = {args.rule: data["samples"].get(args.rule)} if args.rule in data["samples"] else {}
-    if not groups:
-        known = ", ".join(data["samples"])
-        why = (
-            f"rule {args.rule!r} has no numeric threshold for kept documents to be near"
-            if args.kept and args.rule in data["samples"]
-            else f"no rule {args.rule!r} in this run's selection (rules: {known})"
-        )
-        print(f"corpus: {why}", file=sys.stderr)
-        return 2
-    console = Console(soft_wrap=True, highlight=False)
-    for title, documents in groups.items():
-        console.print(f"[bold]{title}[/] ({'kept, nearest the threshold' if args.kept else 'dropped, a sample'})")
-        for doc in documents:
-            console.print(f"[bold]{doc['url'] or doc['id']}[/]")
-            for name, value in doc["signals"].items():
-                console.print(f"   {name} = {value:.4g}" if isinstance(value, float) else f"   {name} = {value}")
-            if doc["duplicate_of"]:
-                console.print(f"   duplicate of {doc['duplicate_of']}")
-            if doc["before_extraction"]:
-                console.print(f"   dropped before extraction (no text): {doc['before_extraction']}")
-            if doc["span_label"]:
-                where = " (in the URL)" if doc["span_in_url"] else ""
-                console.print(f"   {doc['span_label']}{where}:")
-            excerpt = f"{doc['before']}[reverse]{escape(doc['match'])}[/]{escape(doc['after'])}"
-            console.print(
-                "   " + escape(doc["before"]).replace("\n", " ") + excerpt[len(doc["before"]) :].replace("\n", " ")
-            )
-    return 0
 
 
 def _print_metrics(title: str, result: dict) -> None:
@@ -402,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--sample", type=_at_least(0), default=5, help="documents shown per rule (%(default)s)")
     report.add_argument("--seed", type=_at_least(0), default=0, help="seed of the samples (%(default)s)")
     report.add_argument("--select", help="a TOML file with a [select] table: report that selection instead")
-    report.set_defaults(handler=_report)
+    report.set_defaults(handler=report_command)
     inspect = commands.add_parser("inspect", help="a rule's dropped documents (or kept ones near its threshold)")
     inspect.add_argument("run", help="a run's output folder")
     inspect.add_argument("--rule", required=True, help="a rule name, or a dedup reason such as exact_duplicate")
@@ -410,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--seed", type=_at_least(0), default=0)
     inspect.add_argument("--kept", action="store_true", help="kept documents nearest the rule's thresholds")
     inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
-    inspect.set_defaults(handler=_inspect)
+    inspect.set_defaults(handler=inspect_command)
 
     ablate = commands.add_parser("ablate", help="train a small model per variant of the rules, and compare")
     ablate_commands = ablate.add_subparsers(dest="ablate_command", required=True)

@@ -1,0 +1,110 @@
+"""`corpus report` and `corpus inspect`: what a finished run's rules threw away, in a page and in the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from corpus.config.job import JobError
+
+
+def _run_report(args: argparse.Namespace):
+    """(the run's view, its report data) for `report` and `inspect`; None after printing why it cannot be read."""
+    from corpus.report.run_report import load_run, report_data
+
+    try:
+        view = load_run(args.run, args.select)
+    except JobError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return None
+    return view, report_data(view, sample=args.sample, seed=args.seed)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from corpus.cli import writable_file  # the CLI's own module, loaded by the time a command runs
+    from corpus.engine import RunFolder
+    from corpus.report.figures import signal_histograms
+    from corpus.report.html_page import render_html
+
+    if args.out and not writable_file(args.out, "report.html"):
+        return 2
+    loaded = _run_report(args)
+    if loaded is None:
+        return 2
+    view, data = loaded
+    page = render_html(data, signal_histograms(view)).encode("utf-8")
+    if args.out:
+        out = args.out
+        Path(out).write_bytes(page)
+    else:  # beside the run's files, wherever the run lives
+        run = RunFolder(args.run)
+        name = "report-hypothetical.html" if args.select else "report.html"
+        run.write_bytes(name, page)
+        out = f"{run.url}/{name}"
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
+    units = ["words", "tokens"] if data["funnel"][-1]["tokens"] is not None else ["words"]
+    for column in ("step", "documents", *units):
+        funnel.add_column(column, justify="left" if column == "step" else "right")
+    for row in data["funnel"]:
+        funnel.add_row(row["step"], f"{row['documents']:,}", *("" if row[u] is None else f"{row[u]:,}" for u in units))
+    console.print(funnel)
+    rules = Table(title="rules: documents (words) dropped")
+    early = bool(data["before_extraction"])  # those rules' drops are pages never extracted: no words
+    for column in ("rule", *(["before extraction"] if early else []), "alone", "exclusively", "first"):
+        rules.add_column(column, justify="left" if column == "rule" else "right")
+    for row in data["rules"]:
+        rules.add_row(
+            row["rule"],
+            *([f"{row['before_extraction']:,}"] if early else []),
+            f"{row['documents']:,} ({row['words']:,})",
+            f"{row['exclusive_documents']:,} ({row['exclusive']['words']:,})",
+            f"{row['dropped_first']:,}",
+        )
+    console.print(rules)
+    console.print(f"wrote {out}")
+    return 0
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    loaded = _run_report(args)
+    if loaded is None:
+        return 2
+    _, data = loaded
+    if args.kept:
+        groups = {reason: docs for reason, docs in data["near_threshold"].items() if reason.split(".")[0] == args.rule}
+    else:
+        groups = {args.rule: data["samples"].get(args.rule)} if args.rule in data["samples"] else {}
+    if not groups:
+        known = ", ".join(data["samples"])
+        why = (
+            f"rule {args.rule!r} has no numeric threshold for kept documents to be near"
+            if args.kept and args.rule in data["samples"]
+            else f"no rule {args.rule!r} in this run's selection (rules: {known})"
+        )
+        print(f"corpus: {why}", file=sys.stderr)
+        return 2
+    console = Console(soft_wrap=True, highlight=False)
+    for title, documents in groups.items():
+        console.print(f"[bold]{title}[/] ({'kept, nearest the threshold' if args.kept else 'dropped, a sample'})")
+        for doc in documents:
+            console.print(f"[bold]{doc['url'] or doc['id']}[/]")
+            for name, value in doc["signals"].items():
+                console.print(f"   {name} = {value:.4g}" if isinstance(value, float) else f"   {name} = {value}")
+            if doc["duplicate_of"]:
+                console.print(f"   duplicate of {doc['duplicate_of']}")
+            if doc["before_extraction"]:
+                console.print(f"   dropped before extraction (no text): {doc['before_extraction']}")
+            if doc["span_label"]:
+                where = " (in the URL)" if doc["span_in_url"] else ""
+                console.print(f"   {doc['span_label']}{where}:")
+            excerpt = f"{doc['before']}[reverse]{escape(doc['match'])}[/]{escape(doc['after'])}"
+            console.print(
+                "   " + escape(doc["before"]).replace("\n", " ") + excerpt[len(doc["before"]) :].replace("\n", " ")
+            )
+    return 0
