@@ -30,6 +30,7 @@ def report_command(args: argparse.Namespace) -> int:
     from corpus.engine import RunFolder
     from corpus.report.figures import signal_histograms
     from corpus.report.html_page import render_html
+    from corpus.report.run_report import TOKENS_NOTE
 
     if args.out and not writable_file(args.out, "report.html"):
         return 2
@@ -47,8 +48,12 @@ def report_command(args: argparse.Namespace) -> int:
         run.write_bytes(name, page)
         out = f"{run.url}/{name}"
     console = Console(width=None if sys.stdout.isatty() else 120)
-    funnel = Table(title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""))
     units = ["words", "tokens"] if data["funnel"][-1]["tokens"] is not None else ["words"]
+    funnel = Table(
+        title=f"{data['job']}: funnel" + (" (hypothetical selection)" if args.select else ""),
+        caption=TOKENS_NOTE if "tokens" in units else None,
+        caption_justify="left",
+    )
     for column in ("step", "documents", *units):
         funnel.add_column(column, justify="left" if column == "step" else "right")
     for row in data["funnel"]:

@@ -101,8 +101,16 @@ def test_the_report_numbers_equal_the_runs_stats(sample_run):
     assert funnel["extracted"] == stats["stages"]["annotate"]["kept"]
     assert funnel["kept"] == stats["totals"]["kept"] == 148
     steps = [row["step"] for row in data["funnel"]]
+    assert steps[-2:] == ["kept", "in token shards"]
+    shards = data["funnel"][-1]  # C4's line removal, line dedup and PII masking change the texts the shards hold
+    assert (
+        (shards["documents"], shards["tokens"])
+        == (148, 35_697)
+        == (stats["tokens"]["documents"], stats["tokens"]["tokens"])
+    )
+    assert data["funnel"][-2]["tokens"] == 37_174  # the stored texts, before those modifiers
     dropped = {**stats["stages"]["select"]["dropped"], **stats["stages"]["dedup"]["dropped"]}
-    for before, after in zip(steps[2:-2], steps[3:-1], strict=True):  # each rule, then each dedup step
+    for before, after in zip(steps[2:-3], steps[3:-2], strict=True):  # each rule, then each dedup step
         removed = sum(n for reason, n in dropped.items() if reason.split(".")[0] == after)
         assert funnel[before] - funnel[after] == removed, after
     for reason, entry in stats["rules"].items():
@@ -238,9 +246,14 @@ def test_with_a_tokenizer_the_report_counts_tokens_and_the_kept_ones_are_the_tok
     job.write_text(f'name = "t"\ninputs = ["{tmp_path / "crawl.warc.gz"}"]\noutput = "{tmp_path / "out"}"\n{body}')
     run_job(load_job(job), use_ray=False)
     data = report_data(load_run(tmp_path / "out"))
-    kept = next(row for row in data["funnel"] if row["step"] == "kept")
+    kept, shards = data["funnel"][-2:]
     manifest = json.loads((tmp_path / "out" / "tokens" / "manifest.json").read_text())
     assert kept["tokens"] + manifest["documents"] == manifest["tokens"]  # the shards add a separator per document
+    assert (shards["step"], shards["documents"], shards["tokens"]) == (
+        "in token shards",
+        manifest["documents"],
+        manifest["tokens"],
+    )
     rule = next(row for row in data["rules"] if row["rule"] == "gopher_quality")
     assert data["funnel"][2]["tokens"] - rule["tokens"] == kept["tokens"]
 

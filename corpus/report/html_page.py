@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 
+from corpus.report.run_report import TOKENS_NOTE
+
 
 def _table(headers: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
@@ -73,6 +75,7 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
             ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
             [[row["step"], row["documents"], *(_blank(row[unit]) for unit in units)] for row in data["funnel"]],
         ),
+        f"<p>{html.escape(TOKENS_NOTE)}.</p>" if with_tokens else "",
         "<h2>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail; exclusively:"
         " failing no other rule; first: dropped by it first, in the job's order"
         + (

@@ -5,10 +5,10 @@ and its selection (kept, first failure, every failure, the duplicate it matched)
 with a `[select]` table, as in a job), the thresholds are that file's instead and are applied to the stored
 signals: "what would this threshold delete?" (dedup is not re-run for a hypothetical selection).
 
-`report_data` computes the funnel, per-rule drops (alone and exclusively: documents, words, and tokens by the
-run's tokenizer when it has one), the overlap
-between rules, samples of dropped documents with their offending span and of kept ones nearest each threshold,
-and the top domains by documents dropped; `corpus.report.html_page` renders it as one page.
+`report_data` computes the funnel (down to what the token shards hold), per-rule drops (alone and exclusively:
+documents, words, and tokens by the run's tokenizer when it has one), the overlap between rules, samples of
+dropped documents with their offending span and of kept ones nearest each threshold, and the top domains by
+documents dropped; `corpus.report.html_page` renders it as one page.
 """
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ from corpus.stages.select import EXCLUDED, select_documents
 from corpus.stages.tokenize import TextTokenizer
 
 EXCERPT_CHARS = 240
+TOKEN_SHARDS_STEP = "in token shards"
+# Why the funnel's last two rows differ in tokens: said under the funnel, on the page and in the terminal.
+TOKENS_NOTE = (
+    "tokens: of each document's stored text, by the run's tokenizer; the token shards hold the texts after the "
+    "job's text modifiers (line removal, masking), a separator after each document"
+)
 
 
 @dataclass
@@ -199,6 +205,10 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         remaining &= first_rule != rule
         funnel.append({"step": rule, "documents": int(remaining.sum()), **amount(remaining)})
     funnel.append({"step": "kept", "documents": int(kept.sum()), **amount(kept)})
+    written = view.stats.get("tokens")
+    if written and not view.hypothetical:  # what the shards hold: the texts after the job's modifiers
+        step = {"step": TOKEN_SHARDS_STEP, "documents": written["documents"], "words": None}
+        funnel.append({**step, "tokens": written["tokens"]})
 
     rules = []
     exclusive_of_all = fails & (fails.sum(axis=1) == 1)[:, None]
