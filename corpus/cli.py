@@ -55,6 +55,25 @@ def summary_table(stats: dict) -> Table:
     return table
 
 
+def record_error_lines(stats: dict) -> list[str]:
+    """The first example of each class of record error, where it is and what it said: a count alone leaves the
+    user to find stats.json's `error_examples`."""
+    first: dict[str, dict] = {}
+    for example in stats["error_examples"]:
+        first.setdefault(example["error_class"], example)
+    if not first:
+        return []
+    lines = [
+        "records that failed (each one skipped, its input read on), the first of each kind; stats.json's "
+        "error_examples lists up to 200"
+    ]
+    for example in first.values():
+        where = example["source"] + (f" at byte {example['offset']:,}" if example["offset"] is not None else "")
+        url = f" ({example['url']})" if example["url"] else ""
+        lines.append(f"  {example['stage']} {example['error_class']}: {where}{url}: {example['message']}")
+    return lines
+
+
 def _write_failure(exc: OSError, output: str) -> str:
     """What a failed write of the run's own files means, and what to do about it."""
     where = exc.filename or output
@@ -110,6 +129,8 @@ def _run(args: argparse.Namespace) -> int:
         for number, handler in handlers.items():
             signal.signal(number, handler)
     console.print(summary_table(stats))
+    for line in record_error_lines(stats):
+        console.print(f"[red]{escape(line)}", soft_wrap=True)
     for warning in stats["warnings"]:
         console.print(f"[yellow]warning: {escape(warning)}", soft_wrap=True)
     for source, error in stats["failed_shards"].items():  # whole lines: a path or message to copy, unwrapped

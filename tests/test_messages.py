@@ -95,6 +95,24 @@ def test_a_threshold_every_document_fails_is_named_as_a_likely_mistake(tmp_path,
     assert stats["warnings"] == ["language.score.min = 65 fails every one of the 280 documents: check its value"]
 
 
+def test_a_run_shows_where_the_first_record_of_each_kind_of_error_is(tmp_path, capsys):
+    good = json.dumps({"text": "The committee met on Tuesday and agreed on the budget for the new library. " * 9})
+    lines = [good, "{broken", good, "[1, 2]", "{also broken"]
+    (tmp_path / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    job = write_job(tmp_path, [str(tmp_path / "docs.jsonl")], tmp_path / "out", "")
+    assert main(["run", str(job), "--no-ray"]) == 0
+    out = capsys.readouterr().out
+    broken_at = len(good) + 1  # the byte where line 2 starts
+    assert out.endswith(
+        "records that failed (each one skipped, its input read on), the first of each kind; stats.json's "
+        "error_examples lists up to 200\n"
+        f"  read json_parse_error: {tmp_path / 'docs.jsonl'} at byte {broken_at:,}: line 2: Expecting property name "
+        "enclosed in double quotes: line 1 column 2 (char 1)\n"
+    )
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["stages"]["read"]["errors"] == {"json_parse_error": 3} and len(stats["error_examples"]) == 3
+
+
 def test_a_failed_write_says_what_to_do_by_its_cause():
     full = _write_failure(OSError(errno.ENOSPC, "No space left on device", "/runs/x/documents/a.parquet"), "/runs/x")
     assert full == (
