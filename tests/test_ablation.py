@@ -10,10 +10,13 @@ import os
 import shutil
 import statistics
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, garble_keeping_identity, unavailable
+from scipy import stats
 
 from corpus.config.job import JobError, load_job
 from corpus.engine import run_job
@@ -24,7 +27,7 @@ pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)
 from corpus.config.ablation import load_ablation  # noqa: E402
 from corpus.lab.ablation import run_ablation, training_steps  # noqa: E402
 from corpus.lab.downstream import installed_tasks_folder  # noqa: E402
-from corpus.lab.verdicts import verdict_rows  # noqa: E402
+from corpus.lab.verdicts import difference_interval, verdict_rows  # noqa: E402
 
 DOCUMENTS_JOB = """name = "documents"
 inputs = ["crawl.warc.gz"]
@@ -81,6 +84,10 @@ RESULT_COLUMNS = {
     "arc_easy.bits_per_byte", "arc_easy.accuracy", "piqa.bits_per_byte", "piqa.accuracy", "downstream.bits_per_byte",
     "job_sha256", "selection", "manifest_sha256", "documents_sha256", "tokenizer_sha256", "model", "model_config",
     "code_version", "baseline", "variant_documents", "variant_tokens", "passes", "max_passes",
+    # per item (a reference set's documents, a task's questions): what the verdicts read the items' noise from
+    "heldout.nats_per_token.items", "heldout.bits_per_byte.items", "copied.nats_per_token.items",
+    "copied.bits_per_byte.items", "arc_easy.bits_per_byte.items", "arc_easy.accuracy.items",
+    "piqa.bits_per_byte.items", "piqa.accuracy.items",
 }  # fmt: skip
 
 
@@ -160,6 +167,10 @@ def test_micro_ablation_results_have_the_schema_and_one_row_per_evaluation(micro
         assert row["downstream.bits_per_byte"] == pytest.approx(
             (row["arc_easy.bits_per_byte"] + row["piqa.bits_per_byte"]) / 2
         )
+        # Each item's score beside each figure, their mean the figure: the verdicts' items' noise.
+        for metric in ("heldout.bits_per_byte", "arc_easy.bits_per_byte", "piqa.accuracy"):
+            assert sum(row[f"{metric}.items"]) / len(row[f"{metric}.items"]) == pytest.approx(row[metric])
+        assert len(row["arc_easy.accuracy.items"]) == len(row["piqa.bits_per_byte.items"]) == 6  # [evaluation] items
     # The filtered variant keeps fewer tokens than the unfiltered one, so it passes over its data more often.
     variants = summary["variants"]
     assert variants["filtered"]["tokens"] < variants["all"]["tokens"]
@@ -178,6 +189,7 @@ def test_a_variant_past_the_pass_limit_is_data_limited_everywhere(micro):
         "piqa.bits_per_byte", "piqa.accuracy", "downstream.bits_per_byte",
     }  # fmt: skip
     assert {(row["variant"], row["verdict"]) for row in rows} == {("all", "baseline"), ("filtered", "data-limited")}
+    assert {row["noise"] for row in rows} == {"seeds and items"}
 
 
 def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_missing(micro):
@@ -334,17 +346,106 @@ def test_the_verdict_pairs_seeds_and_takes_the_t_interval_of_the_mean_of_the_las
     assert new["snr"] == pytest.approx(0.116667 / pooled, rel=1e-4) and new["decides"] is False
     # Higher is better for accuracy: the same runs are better there too.
     assert verdict_rows(results, ["task.accuracy"], last=2)[1]["verdict"] == "better"
-    # Accuracy moves a question at a time: seeds that agree on one question of 10 leave the t interval at zero,
-    # and the floor of one question keeps that from being a finding.
-    steps = _results({"base": [[3.0], [3.5], [4.0]], "new": [[2.9], [3.4], [3.9]]})  # accuracy +0.01 on each seed
-    assert verdict_rows(steps, ["task.accuracy"], last=1)[1]["interval"] == pytest.approx(0, abs=1e-9)
-    floored = verdict_rows(steps, ["task.accuracy"], last=1, task_items={"task": 10})[1]
-    assert floored["interval"] == pytest.approx(0.1) and floored["verdict"] == "within noise"
+    assert new["noise"] == "seeds" and new["item_share"] is None  # these hand-made runs have no item scores
     # A noisy difference: within noise; one seed: no interval.
     noisy = _results({"base": [[3.0], [3.5], [4.0]], "new": [[3.2], [3.3], [4.1]]})
     assert verdict_rows(noisy, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "within noise"
     single = _results({"base": [[3.0]], "new": [[2.0]]})
     assert verdict_rows(single, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "one seed"
+
+
+def _item_results(runs: dict[str, list[dict[str, list[float]]]]) -> pa.Table:
+    """Hand-made results of one evaluation per run: per variant, per seed, each metric's item scores (the metric
+    their mean)."""
+    rows = []
+    for variant, seeds in runs.items():
+        for seed, metrics in enumerate(seeds):
+            row = {"model": "m", "variant": variant, "seed": seed, "step": 10, "baseline": variant == "base",
+                   "variant_tokens": 1000, "documents_sha256": variant, "passes": 1.0, "max_passes": 4.0}  # fmt: skip
+            for metric, items in metrics.items():
+                row[metric] = float(np.mean(items))
+                row[metric + ".items"] = items
+            rows.append(row)
+    return pa.Table.from_pylist(rows)
+
+
+def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_seeds():
+    # Accuracy on 10 questions: "new" answers question 3 right where the baseline does not, on every seed. The
+    # seeds agree exactly (+0.1 each, no seed noise), but one question is not evidence about the task.
+    def answers(right):
+        return {"task.accuracy": [1.0 if i in right else 0.0 for i in range(10)]}
+
+    one = _item_results({"base": [answers({0, 1})] * 3, "new": [answers({0, 1, 3})] * 3})
+    base, new = verdict_rows(one, ["task.accuracy"], last=1)
+    # Per-question differences averaged over seeds: one 1, nine 0: variance 0.1, over 10 questions 0.01; the
+    # seeds' part is 0, so 9 degrees of freedom: t(0.975, 9) = 2.262157.
+    assert (new["delta"], new["interval"], new["item_share"]) == (
+        pytest.approx(0.1),
+        pytest.approx(2.262157 * 0.1, rel=1e-5),
+        pytest.approx(1.0),
+    )
+    assert new["verdict"] == "within noise" and new["noise"] == "seeds and items"
+    six = _item_results({"base": [answers(set())] * 3, "new": [answers({0, 1, 2, 3, 4, 5})] * 3})
+    assert verdict_rows(six, ["task.accuracy"], last=1)[1]["verdict"] == "better"  # 0.6 ± 0.369
+
+    # Bits per byte of 4 documents, seeds and documents both noisy: their variances add (the seeds' over 3 pairs,
+    # the documents' over 4 per-document differences averaged over seeds), with Welch-Satterthwaite's degrees
+    # of freedom (here 4.29: the interval holds more noise, estimated from more numbers, than the seeds' alone).
+    base_docs = [[3.0, 2.0, 4.0, 3.0], [3.2, 2.1, 4.1, 3.0], [2.9, 2.0, 3.9, 3.2]]
+    new_docs = [[2.9, 1.9, 3.8, 2.8], [3.0, 2.0, 4.0, 2.8], [2.8, 1.9, 3.8, 3.1]]
+    both = _item_results(
+        {
+            "base": [{"ref.bits_per_byte": d} for d in base_docs],
+            "new": [{"ref.bits_per_byte": d} for d in new_docs],
+        }
+    )
+    new = verdict_rows(both, ["ref.bits_per_byte"], last=1)[1]
+    seeds_part = statistics.variance([-0.15, -0.15, -0.1]) / 3
+    per_document = [
+        statistics.mean(d) for d in ([-0.1, -0.2, -0.1], [-0.1] * 3, [-0.2, -0.1, -0.1], [-0.2, -0.2, -0.1])
+    ]
+    documents_part = statistics.variance(per_document) / 4
+    assert new["delta"] == pytest.approx(-0.133333, abs=1e-6)
+    assert new["item_share"] == pytest.approx(documents_part / (seeds_part + documents_part)) == pytest.approx(0.4)
+    assert new["interval"] == pytest.approx(0.058201, abs=1e-6) and new["verdict"] == "better"
+
+    # downstream.bits_per_byte is the mean of the tasks' bits per byte: its items' part is the tasks' parts / 2².
+    def tasks(a, b):
+        return {
+            "t1.bits_per_byte": a,
+            "t1.accuracy": [0.0] * len(a),
+            "t2.bits_per_byte": b,
+            "t2.accuracy": [0.0] * len(b),
+        }
+
+    runs = {"base": [tasks([1.0, 2.0], [3.0, 3.0, 3.0])] * 2, "new": [tasks([0.8, 2.0], [3.0, 2.7, 3.0])] * 2}
+    results = _item_results(runs)
+    results = results.append_column(
+        "downstream.bits_per_byte", pc.divide(pc.add(results["t1.bits_per_byte"], results["t2.bits_per_byte"]), 2)
+    )
+    row = verdict_rows(results, ["downstream.bits_per_byte"], last=1)[1]
+    t1_part = statistics.variance([-0.2, 0.0]) / 2 / 4  # 2 questions, 1 degree of freedom
+    t2_part = statistics.variance([0.0, -0.3, 0.0]) / 3 / 4  # 3 questions, 2
+    assert row["delta"] == pytest.approx(-0.1) and row["item_share"] == pytest.approx(1.0)  # the seeds agree
+    freedom = (t1_part + t2_part) ** 2 / (t1_part**2 / 1 + t2_part**2 / 2)
+    assert row["interval"] == pytest.approx(stats.t.ppf(0.975, freedom) * math.sqrt(t1_part + t2_part), rel=1e-6)
+
+
+def test_the_interval_over_seeds_and_items_covers_the_true_difference_as_often_as_it_says():
+    # Simulated ablations with no true difference: 3 seeds x 100 questions, a seed effect, a question effect and
+    # noise, the questions' part 70 % or 95 % of the variance of Δ. The 95 % interval must cover 0 about 95 % of
+    # the time; the seeds' noise alone (what a fixed set of questions shows) covers far less.
+    rng = np.random.default_rng(7)
+    for seed_sd, item_sd, seeds_alone_below in ((0.095, 0.84, 0.90), (0.039, 0.97, 0.65)):
+        covered = {"seeds and items": 0, "seeds": 0}
+        for _ in range(2000):
+            d = rng.normal(0, seed_sd, (3, 1)) + rng.normal(0, item_sd, (1, 100)) + rng.normal(0, 0.05, (3, 100))
+            both, _ = difference_interval(d.mean(axis=1), [d], 0.95)
+            alone, _ = difference_interval(d.mean(axis=1), None, 0.95)
+            covered["seeds and items"] += abs(d.mean()) <= both
+            covered["seeds"] += abs(d.mean()) <= alone
+        assert 0.93 <= covered["seeds and items"] / 2000 <= 0.97, covered
+        assert covered["seeds"] / 2000 < seeds_alone_below, covered
 
 
 def test_the_confidence_holds_for_all_the_variants_judged_on_a_metric_at_once():

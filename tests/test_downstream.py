@@ -59,6 +59,9 @@ def test_bits_per_byte_of_the_gold_answer_and_accuracy_per_character():
     assert scores["bits_per_byte"] == pytest.approx((3 / 3 + 1 / 2) / math.log(2) / 2)
     # A tie between the gold choice and another is not a right answer.
     assert task_scores(task, np.array([3.0, 5.0, 2.0, 1.0]))["accuracy"] == 0.5  # item 0 ties: wrong
+    # Per question, in the items' order: what the verdicts read the questions' noise from.
+    assert scores["accuracy.items"] == [0.0, 1.0]
+    assert scores["bits_per_byte.items"] == pytest.approx([1 / math.log(2), 0.5 / math.log(2)])
 
 
 def test_scored_nats_equal_a_plain_forward_pass_per_sequence():

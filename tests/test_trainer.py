@@ -17,7 +17,15 @@ from corpus.sample.generate import SAMPLE_PATH
 
 torch = pytest.importorskip("torch", reason="the trainer needs the `ablation` extra (torch)")
 
-from corpus.lab.trainer import LanguageModel, ModelConfig, ReferenceSet, TrainOptions, evaluate, train_language_model  # noqa: E402
+from corpus.lab.trainer import (  # noqa: E402
+    LanguageModel,
+    ModelConfig,
+    ReferenceSet,
+    TrainOptions,
+    evaluate,
+    scored_nats,
+    train_language_model,
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +71,20 @@ def test_bits_per_byte_is_the_token_loss_over_the_text_bytes(shards_and_referenc
         scores["nats_per_token"] * predicted / math.log(2) / reference.text_bytes
     )
     assert scores["nats_per_token"] == pytest.approx(math.log(512), rel=0.05)  # an untrained model is near uniform
+    # Per document, scores whose mean is the set's: each document's share of the loss, as if of mean length.
+    per_document = []
+    for document in reference.documents:
+        windows = [
+            document[start : start + CONFIG.seq_len + 1] for start in range(0, len(document) - 1, CONFIG.seq_len)
+        ]
+        per_document.append(sum(float(scored_nats(model, [w], [len(w) - 1], torch.device("cpu"))[0]) for w in windows))
+    documents = len(reference.documents)
+    assert scores["bits_per_byte.items"] == pytest.approx(
+        [nats / math.log(2) * documents / reference.text_bytes for nats in per_document], rel=1e-5
+    )
+    assert np.mean(scores["bits_per_byte.items"]) == pytest.approx(scores["bits_per_byte"])
+    assert np.mean(scores["nats_per_token.items"]) == pytest.approx(scores["nats_per_token"])
+    assert len(set(scores["bits_per_byte.items"])) == documents == 8  # the articles differ: noise to measure
 
 
 def test_a_budget_past_the_data_repeats_it_and_says_how_often(shards_and_reference):

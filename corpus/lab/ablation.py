@@ -161,6 +161,7 @@ VARIANT_COUNTS = pa.schema(
     [("variant", pa.string()), ("reason", pa.string()), ("documents", pa.int64()), ("tokens", pa.int64())]
 )
 MODIFIED = "modifiers"  # the tokens a variant's modifiers cut from the text it kept
+SCORES_VERSION = 2  # in each run's key: 2 stores per-item scores (version 1's runs train again to get them)
 
 
 def _variant_counts(
@@ -273,7 +274,8 @@ def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, steps:
             # Keyed by what changes the result; the code version is recorded, not compared: a commit that touches
             # no training code must not retrain a finished ablation (delete `runs/` to retrain after one that does).
             recorded = {key: value for key, value in facts.items() if key != "code_version"}
-            settings = [recorded, train, [r.model_dump() for r in ablation.spec.references], evaluation]
+            settings = [recorded, train, [r.model_dump() for r in ablation.spec.references], evaluation,
+                        SCORES_VERSION]  # fmt: skip
             specs.append(
                 {
                     "name": f"{name}-{model.label}-seed{seed}",
@@ -435,7 +437,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
         summary["models"] = [model.label for model in ablation.models]
         summary["steps"] = steps
         summary["max_passes"] = ablation.spec.train.max_passes
-        summary["evaluation"] = ablation.spec.evaluation.model_dump() | {"task_items": {t.name: t.items for t in tasks}}
+        summary["evaluation"] = ablation.spec.evaluation.model_dump()
         summary["wall_seconds"] = round(time.perf_counter() - started, 1)
         summary["references"] = [r.model_dump() for r in ablation.spec.references]
         folder.write_json("ablation.json", summary)

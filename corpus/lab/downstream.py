@@ -27,6 +27,9 @@ import numpy as np
 
 # The cloze formats, in order of preference: multiple-choice cloze, else a single gold continuation (LAMBADA).
 FORMATS = ("rc_0shot", "bpb_0shot")
+# The suffix of a metric's per-item scores (a task's questions, a reference set's documents), whose mean is the
+# metric: what the verdicts read the items' sampling noise from.
+ITEMS = ".items"
 
 
 class TaskError(Exception):
@@ -155,9 +158,10 @@ def tokenize_task(name: str, items: list[TaskItem], tokenizer) -> TaskSet:
     )
 
 
-def task_scores(task: TaskSet, nats: np.ndarray) -> dict[str, float]:
+def task_scores(task: TaskSet, nats: np.ndarray) -> dict:
     """From each request's continuation negative log-likelihood (nats): the gold continuation's bits per byte
-    (mean over items) and the accuracy of picking the choice with the highest likelihood per character."""
+    (mean over items) and the accuracy of picking the choice with the highest likelihood per character, each with
+    its per-question scores (`ITEMS`)."""
     gold_bpb = nats[task.gold] / math.log(2) / np.maximum(task.continuation_bytes[task.gold], 1)
     per_char = -nats / np.maximum(task.continuation_chars, 1)
     best = np.full(task.items, -np.inf)
@@ -168,4 +172,9 @@ def task_scores(task: TaskSet, nats: np.ndarray) -> dict[str, float]:
     right = (per_char == best[task.item]) & task.gold
     correct = np.zeros(task.items, bool)
     correct[task.item[right]] = winners[task.item[right]] == 1
-    return {"bits_per_byte": float(gold_bpb.mean()), "accuracy": float(correct.mean())}
+    return {
+        "bits_per_byte": float(gold_bpb.mean()),
+        "accuracy": float(correct.mean()),
+        "bits_per_byte" + ITEMS: gold_bpb.tolist(),
+        "accuracy" + ITEMS: correct.astype(float).tolist(),
+    }

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from corpus.lab.downstream import TaskSet, task_scores
+from corpus.lab.downstream import ITEMS, TaskSet, task_scores
 from corpus.lab.token_stream import TokenStream
 from corpus.memory import keep_freed_memory
 
@@ -177,16 +177,28 @@ def scored_nats(model: LanguageModel, sequences: list[np.ndarray], scored: list[
 
 
 def evaluate(model: LanguageModel, reference: ReferenceSet, device: torch.device) -> dict:
-    """Loss on every token of every document (each scored in windows of the model's length, from its start)."""
+    """Loss on every token of every document (each scored in windows of the model's length, from its start), with
+    per-document scores whose mean is the set's figure (`ITEMS`: the documents' sampling noise, for
+    `corpus.lab.verdicts`): a document's nats over the set's mean tokens per document, its bits over the mean
+    bytes."""
     length = model.config.seq_len
-    windows = [
-        document[start : start + length + 1]
-        for document in reference.documents
-        for start in range(0, len(document) - 1, length)
-    ]
-    nats = float(scored_nats(model, windows, [len(w) - 1 for w in windows], device).sum())
+    windows, owners = [], []
+    for index, document in enumerate(reference.documents):
+        for start in range(0, len(document) - 1, length):
+            windows.append(document[start : start + length + 1])
+            owners.append(index)
+    window_nats = scored_nats(model, windows, [len(w) - 1 for w in windows], device)
+    nats = float(window_nats.sum())
     tokens = sum(len(w) - 1 for w in windows)
-    return {"nats_per_token": nats / max(tokens, 1), "bits_per_byte": nats / math.log(2) / max(reference.text_bytes, 1)}
+    text_bytes = max(reference.text_bytes, 1)
+    documents = len(reference.documents)
+    per_document = np.bincount(np.asarray(owners, np.int64), weights=window_nats, minlength=documents)
+    return {
+        "nats_per_token": nats / max(tokens, 1),
+        "bits_per_byte": nats / math.log(2) / text_bytes,
+        "nats_per_token" + ITEMS: (per_document * documents / max(tokens, 1)).tolist(),
+        "bits_per_byte" + ITEMS: (per_document / math.log(2) * documents / text_bytes).tolist(),
+    }
 
 
 def continuation_nats(model: LanguageModel, task: TaskSet, device: torch.device) -> np.ndarray:
@@ -199,8 +211,9 @@ def continuation_nats(model: LanguageModel, task: TaskSet, device: torch.device)
     return scored_nats(model, sequences, scored, device)
 
 
-def evaluate_tasks(model: LanguageModel, tasks: list[TaskSet], device: torch.device) -> dict[str, float]:
-    """Per task `<task>.bits_per_byte` and `<task>.accuracy`, and `downstream.bits_per_byte`, their mean."""
+def evaluate_tasks(model: LanguageModel, tasks: list[TaskSet], device: torch.device) -> dict:
+    """Per task `<task>.bits_per_byte` and `<task>.accuracy` with their questions' scores (`.items`), and
+    `downstream.bits_per_byte`, the mean of the tasks' bits per byte."""
     row = {}
     for task in tasks:
         for metric, value in task_scores(task, continuation_nats(model, task, device)).items():

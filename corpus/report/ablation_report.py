@@ -48,7 +48,7 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
         known = ", ".join(metric_columns(results))
         print(f"corpus: no metric matches {metrics_patterns!r}; the results have: {known}", file=sys.stderr)
         return 2
-    rows = verdict_rows(results, metrics, last=last, confidence=confidence, task_items=evaluation.get("task_items"))
+    rows = verdict_rows(results, metrics, last=last, confidence=confidence)
     models = list(dict.fromkeys(row["model"] for row in rows))
     baseline = next(row["variant"] for row in rows if row["baseline"])
     runs = results.group_by(["model", "variant", "seed"]).aggregate([("step", "count")])
@@ -57,11 +57,12 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
     if last > fewest:  # each score is then the mean of every evaluation, the untrained first ones included
         averaged = f"all its evaluations (--last {last}; the fewest a run has: {fewest})"
     table = Table(
-        title=f"{path}\nper run: the mean of {averaged}; Δ vs '{baseline}' over seeds, with its "
-        f"{confidence:.0%} paired t interval, for all the variants judged on the metric at once"
+        title=f"{path}\nper run: the mean of {averaged}; Δ vs '{baseline}', paired by seed and item, with its "
+        f"{confidence:.0%} interval over seeds and items (items: their share of its variance), for all the variants "
+        "judged on the metric at once"
     )
     columns = (["model"] if len(models) > 1 else []) + ["metric", "variant", "passes", "mean ± std", "Δ", "interval",
-                                                         "verdict", "SNR"]  # fmt: skip
+                                                         "items", "verdict", "SNR"]  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column in ("model", "metric", "variant", "verdict") else "right")
     for row in rows:
@@ -75,6 +76,7 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
             f"{row['mean']:.4f} ± {row['std']:.4f} ({row['seeds']})",
             "" if row["baseline"] else f"{row['delta']:+.4f}",
             interval,
+            "" if row["item_share"] is None else f"{row['item_share']:.0%}",
             f"{row['verdict']} ({row['limited_by']})" if row["limited_by"] else row["verdict"],
             f"{row['snr']:.1f}",
         )
@@ -87,6 +89,13 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
         + (f"can decide at this scale (≥ 2): {', '.join(deciding)}" if deciding else "no metric reaches 2")
         + (f"; cannot: {', '.join(undecided)}" if undecided else "")
     )
+    seeds_only = sorted({row["metric"] for row in rows if row["noise"] == "seeds" and not row["baseline"]})
+    if seeds_only:
+        console.print(
+            f"[yellow]no per-item scores for {', '.join(seeds_only)} (results of an older corpus): those intervals "
+            "hold the seeds' noise only, not the questions' or documents'; `corpus ablate run JOB` retrains the runs "
+            "with them"
+        )
     limited = sorted({row["variant"] for row in rows if row["data_limited"]})
     if limited:
         console.print(
