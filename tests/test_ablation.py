@@ -677,8 +677,9 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     folder = micro[0]
     assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "heldout.*,downstream.*"]) == 0
     out = capsys.readouterr().out
-    for header in ("metric", "variant", "passes", "mean ± std", "Δ", "interval", "verdict", "SNR"):
+    for header in ("metric", "variant", "passes", "mean ± std", "Δ", "interval", "items", "verdict", "SNR"):
         assert header in out, header
+    assert "no per-item scores" not in out
     lines = [line for line in out.splitlines() if "filtered" in line and "downstream.bits_per_byte" in line]
     assert len(lines) == 1 and "data-limited" in lines[0] and "passes > 0.125" in lines[0]
     assert "heldout.bits_per_byte" in out and "arc_easy" not in out.split("signal-to-noise")[0]
@@ -695,6 +696,18 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     assert "the mean of all its evaluations (--last 50; the fewest a run has: 2)" in " ".join(
         capsys.readouterr().out.split()
     )
+    # Results an older corpus wrote, without item scores: judged on the seeds' noise, and said so.
+    results = pq.read_table(folder / "ablation" / "results.parquet")
+    older = results.drop_columns([c for c in results.column_names if c.endswith(".items")])
+    pq.write_table(older, folder / "older.parquet")
+    assert main(["ablate", "report", str(folder / "older.parquet"), "--metrics", "heldout.bits_per_byte"]) == 0
+    assert " ".join(capsys.readouterr().out.split()).endswith(
+        "no per-item scores for heldout.bits_per_byte (results of an older corpus): those intervals hold the seeds' "
+        "noise only, not the questions' or documents'; `corpus ablate run JOB` retrains the runs with them "
+        "data-limited (more passes over their tokens than allowed, or a held-out metric that turned up: it measures "
+        'repetition, not data): filtered; rerun with a smaller budget, tokens = "auto" or a lower max_passes'
+    )
+    (folder / "older.parquet").unlink()
     assert main(["ablate", "report", str(folder), "--metrics", "nothing.*"]) == 2
     assert capsys.readouterr().err == (
         f"corpus: no results file at {folder / 'results.parquet'}; run `corpus ablate run JOB` first\n"
