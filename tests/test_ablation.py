@@ -369,7 +369,9 @@ def _item_results(runs: dict[str, list[dict[str, list[float]]]]) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_seeds():
+def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_seeds(tmp_path, capsys):
+    from corpus.cli import main
+
     # Accuracy on 10 questions: "new" answers question 3 right where the baseline does not, on every seed. The
     # seeds agree exactly (+0.1 each, no seed noise), but one question is not evidence about the task.
     def answers(right):
@@ -385,6 +387,14 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
         pytest.approx(1.0),
     )
     assert new["verdict"] == "within noise" and new["noise"] == "seeds and items"
+    # The report says where the noise is, and so what would narrow it.
+    pq.write_table(one, tmp_path / "results.parquet")
+    assert main(["ablate", "report", str(tmp_path / "results.parquet")]) == 0
+    assert " ".join(capsys.readouterr().out.split()).endswith(
+        "most of the noise is the items' (median share over the variants): task.accuracy (100%); more questions per "
+        "task ([evaluation] items) or documents per held-out set ([[references]] max_tokens) narrow those "
+        "intervals, more seeds the others"
+    )
     six = _item_results({"base": [answers(set())] * 3, "new": [answers({0, 1, 2, 3, 4, 5})] * 3})
     assert verdict_rows(six, ["task.accuracy"], last=1)[1]["verdict"] == "better"  # 0.6 ± 0.369
 

@@ -7,8 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from corpus.lab.verdicts import DEFAULT_METRICS, metric_columns, ranking_agreement, verdict_rows
@@ -89,6 +91,16 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
         + (f"can decide at this scale (≥ 2): {', '.join(deciding)}" if deciding else "no metric reaches 2")
         + (f"; cannot: {', '.join(undecided)}" if undecided else "")
     )
+    item_bound = _item_bound(rows)
+    if item_bound:
+        console.print(
+            escape(
+                "most of the noise is the items' (median share over the variants): "
+                + ", ".join(f"{metric} ({share:.0%})" for metric, share in item_bound.items())
+                + "; more questions per task ([evaluation] items) or documents per held-out set ([[references]] "
+                "max_tokens) narrow those intervals, more seeds the others"
+            )
+        )
     seeds_only = sorted({row["metric"] for row in rows if row["noise"] == "seeds" and not row["baseline"]})
     if seeds_only:
         console.print(
@@ -113,3 +125,14 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
                 f"{pair['kendall_tau']:+.2f} over {pair['variants']} variants, {agree}"
             )
     return 0
+
+
+def _item_bound(rows: list[dict]) -> dict[str, float]:
+    """The metrics whose intervals are mostly the items' noise (median share over the judged variants above one
+    half), with that share: where more items, not more seeds, narrow them."""
+    shares: dict[str, list[float]] = {}
+    for row in rows:
+        if row["item_share"] is not None and not row["data_limited"]:
+            shares.setdefault(row["metric"], []).append(row["item_share"])
+    medians = {metric: float(np.median(values)) for metric, values in shares.items()}
+    return {metric: share for metric, share in medians.items() if share > 0.5}
