@@ -1,5 +1,5 @@
 """Verdicts of an ablation, read from its `results.parquet`: what a variant did to each metric, and whether that
-is beyond seed noise.
+is beyond noise: the seeds' and the scored items'.
 
 - A run's score on a metric is the mean of its last `last` evaluations (Heineman et al. 2025, "Signal and Noise":
   averaging the last checkpoints lowers the noise of a small-scale comparison).
