@@ -2,8 +2,9 @@
 # GPU check of the ablation trainer, for the `device` tool (one script, under 8 minutes): a model ladder (~10M and
 # ~30M parameters) trained on two variants of an ablation with bf16 autocast and torch.compile; prints, per model
 # and variant, training tokens/s and MFU per interval and the downstream bits per byte at the end.
-# Needs only torch (CUDA), numpy and pyarrow on the machine: the project is imported from this checkout, the token
-# shards and the tokenizer come from the ablation's folder (carry it), the tasks from a folder of OLMo request files.
+# Needs only torch (CUDA), numpy, pyarrow, fsspec and tokenizers on the machine (the GPU image has them): the project
+# is imported from this checkout, the token shards and the tokenizer come from the ablation's folder (carry it), the
+# tasks from a folder of OLMo request files.
 #
 #   benchmarks/ablation_gpu.sh [ABLATION] [VARIANT ...]
 #     ABLATION: an ablation's output folder (default: runs/ablation-shared, from `python benchmarks/ablation_shared.py`)
@@ -26,12 +27,26 @@ import os, sys, time
 
 import torch
 
-from corpus.downstream import load_items, tasks_folder, tokenize_task
-from corpus.trainer import LanguageModel, ModelConfig, TrainOptions, train_language_model
-from stages.tokenize import TextTokenizer
+from tokenizers import Tokenizer
+
+from corpus.lab.downstream import load_items, tasks_folder, tokenize_task
+from corpus.lab.trainer import ModelConfig, TrainOptions, train_language_model
+
+
+class FileTokenizer:
+    """The ablation's tokenizer.json as `tokenize_task` calls it (the token shards are already made)."""
+
+    def __init__(self, path):
+        self.tokenizer = Tokenizer.from_file(path)
+        self.tokenizer.encode_special_tokens = True  # as the token shards were written: special tokens are text
+        self.vocab_size = self.tokenizer.get_vocab_size()
+
+    def encode(self, texts):
+        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+
 
 ablation, variants = sys.argv[1], sys.argv[2:]
-tokenizer = TextTokenizer(f"{ablation}/tokenizer.json", "<|endoftext|>")
+tokenizer = FileTokenizer(f"{ablation}/tokenizer.json")
 folder = tasks_folder(os.environ.get("TASKS", ""))
 tasks = [tokenize_task(name, load_items(folder, name, 500, 1234), tokenizer)
          for name in ("arc_easy", "piqa", "hellaswag", "sciq")]

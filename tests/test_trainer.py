@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import real_documents, shared, write_job
+from conftest import REPO, real_documents, shared, write_job
 from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
 
 from corpus.config.job import load_job
@@ -94,3 +96,23 @@ def test_a_budget_past_the_data_repeats_it_and_says_how_often(shards_and_referen
     assert per_pass > 2
     rows = train_language_model(run, [], CONFIG, TrainOptions(steps=per_pass * 2 + 1, eval_every=10_000, warmup=1))
     assert rows[-1]["epochs"] == 3
+
+
+def test_the_trainer_imports_without_the_pipelines_dependencies():
+    # benchmarks/ablation_gpu.sh trains on a GPU machine whose image has torch, numpy, pyarrow, fsspec and
+    # tokenizers, not Ray, pydantic or the extractors: the trainer and its token stream must not pull them in.
+    absent = ["ray", "pydantic", "pydantic_core", "fastwarc", "resiliparse", "trafilatura", "fasttext", "numba"]
+    script = f"""
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {absent!r}:
+            raise ImportError("not on the GPU image: " + name)
+sys.meta_path.insert(0, Absent())
+from corpus.lab.downstream import load_items, tokenize_task
+from corpus.lab.trainer import train_language_model
+print(sorted(m for m in sys.modules if m.startswith("corpus")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "corpus.engine.run'" not in done.stdout and "corpus.config.job" not in done.stdout
