@@ -70,6 +70,15 @@ def kind(name: str, cpus: float | None = 1.0, in_documents_folder: bool = False)
     return register
 
 
+def registered(name: str) -> Kind:
+    """The kind `name`: its module registers it when imported, and a Ray worker that unpickled a task has imported
+    this module alone, so the run's modules (which import every kind's) are imported on first need."""
+    if name not in KINDS:
+        import corpus.engine.run  # noqa: F401 - for its imports' registrations
+
+    return KINDS[name]
+
+
 @dataclass
 class Context:
     """What a running task may use besides its options: where it runs, and a progress callback."""
@@ -79,7 +88,7 @@ class Context:
 
 
 def task_folder(options: Job, task: Task) -> RunFolder:
-    return documents_folder(options) if KINDS[task.kind].in_documents_folder else RunFolder(options.output)
+    return documents_folder(options) if registered(task.kind).in_documents_folder else RunFolder(options.output)
 
 
 def execute(options: Job, task: Task, context: Context | None = None) -> dict:
@@ -91,7 +100,7 @@ def execute(options: Job, task: Task, context: Context | None = None) -> dict:
     keep_freed_memory(BATCH_MMAP_THRESHOLD)
     gc.freeze()  # what exists before the task (modules; Ray's runtime in a worker) stays out of the collector's passes
     try:
-        report = {**KINDS[task.kind].function(options, task, context or Context()), "key": task.key}
+        report = {**registered(task.kind).function(options, task, context or Context()), "key": task.key}
     finally:
         gc.unfreeze()
     report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # its process's
@@ -226,7 +235,7 @@ class RayRunner:
                 if task is None:
                     exhausted = True
                     break
-                cpus = KINDS[task.kind].cpus
+                cpus = registered(task.kind).cpus
                 remote = self._remote.options(
                     num_cpus=options.ray.num_cpus_per_task if cpus is None else cpus, max_retries=self.retries
                 )
