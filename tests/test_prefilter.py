@@ -15,6 +15,7 @@ from corpus.stages.extract import ExtractOptions, extract_documents
 from corpus.stages.read import ReadOptions, read_records
 from corpus.stages.schema import RECORDS
 
+from corpus.cli import main
 from corpus.config.job import JobError, load_job
 from corpus.engine import RunFolder, run_job
 from corpus.report.run_report import load_run, report_data
@@ -92,7 +93,7 @@ def test_url_rules_before_extraction_drop_what_selection_drops_after_it(tmp_path
     assert steps[1:4] == before
 
 
-def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path):
+def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path, capsys):
     # The default extractor (trafilatura) after the pre-pass read the page's visible text: two different texts.
     full_stats, full = run_sample(tmp_path, "full", extract="")
     prepass_stats, prepass = run_sample(tmp_path, "prepass", extract='prepass_languages = ["en"]\n')
@@ -101,6 +102,34 @@ def test_the_language_pre_pass_keeps_what_the_full_path_keeps(tmp_path):
     assert spared == PREPASS_DROPS_ON_THE_SAMPLE
     assert full_stats["stages"]["select"]["dropped"]["language.allowed.min"] >= spared
     assert kept_ids(prepass) == kept_ids(full)
+    # What the pre-pass dropped is kept to be read: where each page is and the language it read.
+    dropped = pq.read_table(prepass.url + "/language_prepass")
+    assert dropped.num_rows == spared and not set(dropped.column("id").to_pylist()) & kept_ids(full)
+    assert all(lang != "en" for lang in dropped.column("language_prepass.lang").to_pylist())
+    assert min(dropped.column("language_prepass.score").to_pylist()) >= ExtractOptions().prepass_min_score
+    full_documents = pq.read_table(full.url + "/documents", columns=["id", "lang"]).to_pylist()
+    full_langs = {row["id"]: row["lang"] for row in full_documents}
+    read_as = dict(
+        zip(dropped.column("id").to_pylist(), dropped.column("language_prepass.lang").to_pylist(), strict=True)
+    )
+    agree = sum(full_langs.get(page) == lang for page, lang in read_as.items())
+    assert agree == spared  # the full path reads every one of them as the same language
+    data = report_data(load_run(prepass.url), sample=3, seed=0)
+    steps = {row["step"]: row["documents"] for row in data["funnel"]}
+    html_pages = prepass_stats["stages"]["read"]["kept"]
+    assert steps["before extraction: language pre-pass"] == html_pages - spared
+    shown = data["samples"]["language_prepass"]
+    assert len(shown) == 3 and all(page["id"] in read_as for page in shown)
+    for page in shown:
+        assert page["signals"]["language_prepass.lang"] == read_as[page["id"]]
+        assert page["before_extraction"].startswith(f"{SAMPLE_PATH} at byte ")
+    assert main(["inspect", prepass.url, "--rule", "language_prepass", "--sample", "1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "language_prepass (dropped, a sample)" and printed[1] in {
+        p["url"] for p in dropped.to_pylist()
+    }
+    assert printed[2].startswith("   language_prepass.lang = ") and printed[2][-2:] != "en"
+    assert printed[4].startswith(f"   dropped before extraction (no text): {SAMPLE_PATH} at byte ")
 
 
 @pytest.mark.parametrize(

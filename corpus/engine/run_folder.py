@@ -3,6 +3,7 @@
     plan.parquet                   the planned shards: ordinal, id, source (tasks that need the list read it here)
     documents/<shard>.parquet      one file per input shard, row groups of `read.batch_size` documents
     prefiltered/<shard>.parquet    with [prefilter] rules: the pages they dropped (URL, reasons, signals; no text)
+    language_prepass/<shard>.parquet  with prepass_languages: the pages the pre-pass dropped (URL, language, score)
     shards/<shard>.json            written last for a shard: its counts and errors; its presence = shard complete
     summaries/<rule>/<shard>.parquet, summaries/combined/<rule>-<bucket>.parquet   corpus rules' counts (Arrow)
     corpus_signals/<shard>.parquet the corpus rules' per-document signals
@@ -326,6 +327,10 @@ def selection_path(shard: str) -> str:
 
 def prefiltered_path(shard: str) -> str:
     return f"prefiltered/{shard}.parquet"
+
+
+def prepassed_path(shard: str) -> str:
+    return f"language_prepass/{shard}.parquet"
 
 
 def selection_marker(shard: str) -> str:

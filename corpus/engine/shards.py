@@ -13,7 +13,7 @@ from corpus.config.job import Job
 from corpus.engine.input_stream import InputStream
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, shard_id
-from corpus.engine.run_folder import RunFolder, documents_path, prefiltered_path, shard_report_path
+from corpus.engine.run_folder import RunFolder, documents_path, prefiltered_path, prepassed_path, shard_report_path
 from corpus.engine.tasks import Context, Task, kind, stop_if_interrupted
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
@@ -24,7 +24,7 @@ from corpus.stages.dataset import (
     stored_extra_fields,
 )
 from corpus.stages.dedup import add_dedup_keys, key_fields
-from corpus.stages.extract import extract_documents
+from corpus.stages.extract import PREPASS_SCHEMA, extract_documents
 from corpus.stages.prefilter import prefilter_records, prefiltered_schema
 from corpus.stages.read import read_records
 from corpus.stages.schema import DOCUMENTS
@@ -99,20 +99,22 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
             )
         else:
             extras, batches = [], read_records(stream, shard.source, job.read)
-        prefiltered = []
+        prefiltered, prepassed = [], []
         with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
             read_started = time.perf_counter()
             for records in batches:
                 stop_if_interrupted()
                 records.counts.seconds = time.perf_counter() - read_started
-                pages, dropped = prefilter_records(records.table, before_extraction, prefilter_thresholds)
-                if dropped is not None:
-                    prefiltered.append(dropped)
+                pages = prefilter_records(records.table, before_extraction, prefilter_thresholds)
+                if pages.dropped is not None:
+                    prefiltered.append(pages.dropped)
                 told.count = 0
                 if dataset:
                     documents = identify_documents(pages.table, job.extract, identify_languages=not job.dataset.lang)
                 else:
                     documents = extract_documents(pages.table, job.extract, told if context.on_progress else None)
+                    if documents.dropped is not None:
+                        prepassed.append(documents.dropped)
                 docs = DocumentBatch.from_table(documents.table.select(DOCUMENTS.names))  # split once for both
                 annotated = annotate_documents(documents.table, rules, docs)
                 chain = [records.counts, pages.counts, documents.counts, annotated.counts]
@@ -126,9 +128,14 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     unreadable = [r for r in totals["read"].error_records if r.error_class in WHOLE_INPUT_ERRORS]
     if unreadable:  # nothing of the input was read: not complete, so the next run tries it again
         raise InputFailed(f"{shard.label}: {unreadable[0].message}; corpus reads WARC/WET files and datasets")
-    if before_extraction:  # written even when empty: it replaces what an earlier extraction of the shard left
+    # Written even when empty: each replaces what an earlier extraction of the shard left.
+    if before_extraction:
         with folder.parquet_writer(prefiltered_path(shard.id), prefiltered_schema(before_extraction)) as pages_out:
             for table in prefiltered:
+                pages_out.write(table)
+    if job.extract.prepass_languages and not dataset:
+        with folder.parquet_writer(prepassed_path(shard.id), PREPASS_SCHEMA) as pages_out:
+            for table in prepassed:
                 pages_out.write(table)
     return {
         "id": shard.id,

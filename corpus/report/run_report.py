@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from corpus.config.job import Job, JobError, job_from_data, parse_toml, resolve_rules
 from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
+from corpus.stages.extract import PREPASS_DROP, PREPASS_SCHEMA
 from corpus.stages.select import EXCLUDED, select_documents
 from corpus.stages.tokenize import TextTokenizer
 
@@ -45,13 +46,22 @@ class RunView:
     thresholds: list  # stages.select.Threshold, resolved
     hypothetical: bool
     prefiltered: pa.Table | None = None  # pages [prefilter] rules dropped: id, url, source, offset, reasons, signals
+    prepassed: pa.Table | None = None  # pages the language pre-pass dropped: id, url, source, offset, language, score
 
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.plan import make_plan
-    from corpus.engine.run_folder import STATS, RunFolder, documents_path, selection_path
+    from corpus.engine.plan import job_rules, make_plan
+    from corpus.engine.run_folder import (
+        STATS,
+        RunFolder,
+        documents_path,
+        prefiltered_path,
+        prepassed_path,
+        selection_path,
+    )
     from corpus.engine.select import resolve_quantiles, stored_signals
+    from corpus.stages.prefilter import prefiltered_schema
 
     run = RunFolder(str(run_dir))
     stats = run.read_json(STATS)
@@ -102,8 +112,13 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         parts.append(table)
     if not parts:
         raise JobError(f"{run.url} holds no shard of its job")
-    prefiltered = _prefiltered_pages(run, job, shard_ids) if job.prefilter.rules else None
-    return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered)
+    prefiltered = prepassed = None
+    if job.prefilter.rules:
+        prefilter_rules = [rule for rule in job_rules(job) if rule.name in job.prefilter.rules]
+        prefiltered = _stored_pages(run, prefiltered_path, shard_ids, prefiltered_schema(prefilter_rules))
+    if job.extract.prepass_languages:
+        prepassed = _stored_pages(run, prepassed_path, shard_ids, PREPASS_SCHEMA)
+    return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered, prepassed)
 
 
 def _job_as_run(run, stats: dict) -> Job:
@@ -127,16 +142,11 @@ def _job_as_run(run, stats: dict) -> Job:
     return job_from_data(data, job_file, stats["job_sha256"], run.url, with_inputs=False)
 
 
-def _prefiltered_pages(run, job: Job, shard_ids: list[str]) -> pa.Table:
-    """The pages the job's [prefilter] rules dropped: never documents, their URLs, reasons and signals kept."""
-    from corpus.engine.plan import job_rules
-    from corpus.engine.run_folder import prefiltered_path
-    from corpus.stages.prefilter import prefiltered_schema
-
-    stored = [run.read_table(prefiltered_path(i)) for i in shard_ids if run.exists(prefiltered_path(i))]
-    if stored:
-        return pa.concat_tables(stored)
-    return prefiltered_schema([rule for rule in job_rules(job) if rule.name in job.prefilter.rules]).empty_table()
+def _stored_pages(run, path_of, shard_ids: list[str], schema: pa.Schema) -> pa.Table:
+    """Pages dropped before extraction, as the shards stored them (`path_of(shard)`): never documents, their URLs
+    and why kept. A shard extracted before the run kept them has none."""
+    stored = [run.read_table(path_of(i)) for i in shard_ids if run.exists(path_of(i))]
+    return pa.concat_tables(stored) if stored else schema.empty_table()
 
 
 def _variant_run_message(url: str, ablation_file: Path, ablation: dict) -> str:
@@ -192,11 +202,16 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     fails = _failing_matrix(docs, rule_names)
     stages = view.stats["stages"]
 
-    funnel = [{"step": "records read", "documents": view.stats["totals"]["records"], "words": None, "tokens": None}]
-    funnel.append({"step": "HTML pages and texts", "documents": stages["read"]["kept"], "words": None, "tokens": None})
+    def pages(step: str, documents: int) -> dict:  # a step counting pages or records: no text to count in
+        return {"step": step, "documents": documents, "words": None, "tokens": None}
+
+    funnel = [pages("records read", view.stats["totals"]["records"])]
+    funnel.append(pages("HTML pages and texts", stages["read"]["kept"]))
     if view.job.prefilter.rules:  # what those rules dropped was never extracted: not among the documents
-        step = f"before extraction: {', '.join(view.job.prefilter.rules)}"
-        funnel.append({"step": step, "documents": stages["prefilter"]["kept"], "words": None, "tokens": None})
+        funnel.append(pages(f"before extraction: {', '.join(view.job.prefilter.rules)}", stages["prefilter"]["kept"]))
+    if view.job.extract.prepass_languages:  # pages the pre-pass read as another language, never extracted
+        left = stages["prefilter"]["kept"] - stages["extract"]["dropped"].get(PREPASS_DROP, 0)
+        funnel.append(pages("before extraction: language pre-pass", left))
     remaining = np.ones(len(docs), bool)
     funnel.append({"step": "extracted", "documents": len(docs), **amount(remaining)})
     order = rule_names + [EXCLUDED] * bool((first_rule == EXCLUDED).any())
@@ -207,8 +222,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     funnel.append({"step": "kept", "documents": int(kept.sum()), **amount(kept)})
     written = view.stats.get("tokens")
     if written and not view.hypothetical:  # what the shards hold: the texts after the job's modifiers
-        step = {"step": TOKEN_SHARDS_STEP, "documents": written["documents"], "words": None}
-        funnel.append({**step, "tokens": written["tokens"]})
+        funnel.append({**pages(TOKEN_SHARDS_STEP, written["documents"]), "tokens": written["tokens"]})
 
     rules = []
     exclusive_of_all = fails & (fails.sum(axis=1) == 1)[:, None]
@@ -262,6 +276,10 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         rows = np.flatnonzero(dropped_early[:, column])
         chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
         samples[rule] = samples.get(rule, []) + [_prefiltered_page(view, row, rule_objects[rule]) for row in chosen]
+    if view.prepassed is not None and view.prepassed.num_rows:  # the language pre-pass dropped pages, too
+        rows = np.arange(view.prepassed.num_rows)
+        chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist())
+        samples[PREPASS_DROP] = [_prepassed_page(view.prepassed.slice(row, 1).to_pylist()[0]) for row in chosen]
     near = {
         threshold.reason: [_document(view, row, texts[row], rule_objects.get(threshold.rule)) for row in rows]
         for threshold, rows in nearest.items()
@@ -357,6 +375,23 @@ def _prefiltered_page(view: RunView, row: int, rule) -> dict:
         "before": url[begin:start] if span is not None else "",
         "match": url[start:end] if span is not None else "",
         "after": url[end : end + EXCERPT_CHARS // 2] if span is not None else "",
+        "before_extraction": f"{page['source']} at byte {page['offset']:,}",
+    }
+
+
+def _prepassed_page(page: dict) -> dict:
+    """A page the language pre-pass dropped, as `_document` gives a document: no text, the language it read."""
+    return {
+        "id": page["id"],
+        "url": page["url"],
+        "signals": {name: page[name] for name in (f"{PREPASS_DROP}.lang", f"{PREPASS_DROP}.score")},
+        "failures": [PREPASS_DROP],
+        "duplicate_of": None,
+        "span_label": None,
+        "span_in_url": False,
+        "before": "",
+        "match": "",
+        "after": "",
         "before_extraction": f"{page['source']} at byte {page['offset']:,}",
     }
 
