@@ -59,7 +59,10 @@ class TextTokenizer:
     def __init__(self, path: str, separator: str):
         self.path = path
         if not Path(path).is_file():
-            raise TokenizerError(f"tokenizer file {path!r} does not exist; make one with `corpus tokenizer train`")
+            raise TokenizerError(
+                f"tokenizer file {path!r} does not exist (a job file's relative paths are read from its folder): "
+                "give a tokenizer.json or <encoding>.tiktoken, or make one with `corpus tokenizer train`"
+            )
         if path.endswith(".tiktoken"):
             self.kind = "tiktoken"
             self._encoding = _tiktoken_encoding(path)

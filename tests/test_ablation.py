@@ -229,8 +229,8 @@ def test_an_ablation_goes_on_from_a_complete_documents_run_whose_crawl_is_gone(m
         with pytest.raises(JobError) as refused:
             load_ablation(folder / "micro.toml")
         assert str(refused.value) == (
-            f"{documents}: key 'inputs': no such file '{crawl}' (and {folder / 'documents-run'} holds no complete "
-            "run of this job file to select from)"
+            f"{documents}: key 'inputs': no such file '{crawl}' (relative paths are read from the job file's "
+            f"folder); and {folder / 'documents-run'} holds no complete run of this job file to select from"
         )
         documents.write_text(original)
     finally:

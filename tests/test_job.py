@@ -174,8 +174,12 @@ def test_missing_inputs_and_required_keys(tmp_path):
     with pytest.raises(JobError, match="the glob .*nowhere/\\*.warc.gz' matches no file"):
         load_job(path)
     path.write_text('name = "t"\ninputs = ["missing.warc.gz"]\noutput = "out"\n')
-    with pytest.raises(JobError, match="key 'inputs': no such file .*missing.warc.gz"):
+    with pytest.raises(JobError) as missing:
         load_job(path)
+    assert str(missing.value) == (  # resolved from the job file's folder, not the working directory: said so
+        f"{path}: key 'inputs': no such file '{tmp_path / 'missing.warc.gz'}' (relative paths are read from the job "
+        "file's folder)"
+    )
     path.write_text(f'name = "t"\ninputs = ["{SAMPLE_PATH}"]\n')
     with pytest.raises(JobError, match="missing required key 'output'"):
         load_job(path)

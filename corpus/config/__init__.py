@@ -3,3 +3,9 @@
 
 class JobError(Exception):
     """A job file that cannot be run; the message names the file and the key at fault."""
+
+
+def no_such_file(job_file, key: str, resolved: str, what: str = "file") -> JobError:
+    """A path in a job file that names nothing: the job file, the key, the path as resolved, and how."""
+    return JobError(f"{job_file}: key '{key}': no such {what} {resolved!r} (relative paths are read from the job "
+                    "file's folder)")  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from corpus.config import no_such_file
 from corpus.config.inputs import resolve_path
 from corpus.config.job import Job, JobError, _format_error, job_from_data, load_job, read_toml
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
@@ -176,7 +177,7 @@ def _complete_documents_run(path: Path, data: dict, raw_bytes: bytes, unreadable
         and stats["shards"]["complete"] == stats["shards"]["planned"]
     )
     if not complete:
-        raise JobError(f"{unreadable} (and {job.output} holds no complete run of this job file to select from)")
+        raise JobError(f"{unreadable}; and {job.output} holds no complete run of this job file to select from")
     return job, stats
 
 
@@ -290,7 +291,7 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     for i, reference in enumerate(spec.references):
         resolved = resolve_path(reference.path, path.parent)
         if not Path(resolved).exists():
-            raise JobError(f"{path}: key 'references.{i}.path': no such file or folder {resolved!r}")
+            raise no_such_file(path, f"references.{i}.path", resolved, "file or folder")
         references[reference.name] = resolved
     folder = ""
     if spec.evaluation.tasks:

@@ -12,7 +12,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpus.config import JobError
+from corpus.config import JobError, no_such_file
 from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns, is_text_type
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
         elif "://" not in entry and Path(entry).is_dir():
             resolved += _hugging_face_files(Path(entry), path)
         elif "://" not in entry and not Path(entry).is_file():
-            raise JobError(f"{path}: key 'inputs': no such file {entry!r}")
+            raise no_such_file(path, "inputs", entry)
         else:
             resolved.append(entry)
     if job.max_inputs:

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import Field, ValidationError
 
-from corpus.config import JobError
+from corpus.config import JobError, no_such_file
 from corpus.config.inputs import check_dataset_columns, check_exclusions, expand_inputs, resolve_path
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
@@ -140,13 +140,13 @@ def job_from_data(
     if job.exclude:
         exclude = resolve_path(job.exclude, path.parent)
         if "://" not in exclude and not Path(exclude).is_file():
-            raise JobError(f"{path}: key 'exclude': no such file {exclude!r}")
+            raise no_such_file(path, "exclude", exclude)
         check_exclusions(exclude, path)
         job = job.model_copy(update={"exclude": exclude})
     if job.extract.lid_model:
         lid = resolve_path(job.extract.lid_model, path.parent)
         if not Path(lid).is_file():
-            raise JobError(f"{path}: key 'extract.lid_model': no such file {lid!r}")
+            raise no_such_file(path, "extract.lid_model", lid)
         with open(lid, "rb") as fh:
             try:
                 check_header(fh.read(64), lid)
@@ -259,7 +259,7 @@ def resolve_rule_settings(names: list[str] | None, rules: dict[str, dict], path:
             if PATH_OPTION in field.metadata and raw.get(field_name):
                 resolved = resolve_path(raw[field_name], path.parent)
                 if not Path(resolved).exists():
-                    raise JobError(f"{path}: key 'rules.{name}.{field_name}': no such file {resolved!r}")
+                    raise no_such_file(path, f"rules.{name}.{field_name}", resolved)
                 raw[field_name] = resolved
         try:
             options = options_model.model_validate(raw)
