@@ -331,9 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     report.set_defaults(handler=report_command)
     inspect = commands.add_parser("inspect", help="a rule's dropped documents (or kept ones near its threshold)")
     inspect.add_argument("run", help="a run's output folder")
-    inspect.add_argument("--rule", required=True, help="a rule name, or a dedup reason such as exact_duplicate")
-    inspect.add_argument("--sample", type=_at_least(0), default=5)
-    inspect.add_argument("--seed", type=_at_least(0), default=0)
+    inspect.add_argument(
+        "--rule",
+        required=True,
+        help="a rule name, a dedup reason such as exact_duplicate, or language_prepass (what the pre-pass dropped)",
+    )
+    inspect.add_argument("--sample", type=_at_least(0), default=5, help="documents shown (%(default)s)")
+    inspect.add_argument("--seed", type=_at_least(0), default=0, help="seed of the sample (%(default)s)")
     inspect.add_argument("--kept", action="store_true", help="kept documents nearest the rule's thresholds")
     inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
     inspect.set_defaults(handler=inspect_command)
