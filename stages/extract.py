@@ -30,7 +30,7 @@ from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.columns import values_of
 from corpus.stages.extract_watchdog import Pages, watchdog_for
 from corpus.stages.options import StageOptions
-from corpus.stages.schema import DOCUMENTS, RECORD_FIELDS
+from corpus.stages.schema import DOCUMENTS, PAGE_PLACE_FIELDS, RECORD_FIELDS
 from pydantic import Field
 
 from corpus.text.fasttext_model import FastTextModel
@@ -44,7 +44,7 @@ PREPASS_CHARS = 1_000
 PREPASS_VERSION = 2  # in the shard fingerprint of a job with a pre-pass; 1 read resiliparse's visible text
 PREPASS_SCHEMA = pa.schema(
     [
-        *(DOCUMENTS.field(name) for name in ("id", "url", "source", "offset")),
+        *PAGE_PLACE_FIELDS,
         pa.field(f"{PREPASS_DROP}.lang", pa.string(), metadata={"doc": "the language the pre-pass read"}),
         pa.field(f"{PREPASS_DROP}.score", pa.float32(), metadata={"doc": "its fastText probability"}),
     ]
@@ -330,7 +330,7 @@ def extract_documents(records: pa.Table, options: ExtractOptions, on_pages=None)
     added = [arrays[field.name] for field in DOCUMENTS if field.name in arrays]
     dropped = None
     if prepass["row"]:
-        where = records.select(["id", "url", "source", "offset"]).take(prepass["row"])
+        where = records.select([field.name for field in PAGE_PLACE_FIELDS]).take(prepass["row"])
         languages = [pa.array(prepass["lang"], pa.string()), pa.array(prepass["score"], pa.float32())]
         dropped = pa.Table.from_arrays([*where.columns, *languages], schema=PREPASS_SCHEMA)
     return StageResult(pa.Table.from_arrays([*base.columns, *added], schema=DOCUMENTS), counts, dropped)

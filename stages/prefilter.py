@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.options import StageOptions
-from corpus.stages.schema import DOCUMENTS
+from corpus.stages.schema import PAGE_PLACE_FIELDS
 from corpus.stages.select import SELECTION, Threshold, select_documents
 from pydantic import Field
 
@@ -35,8 +35,7 @@ class PrefilterOptions(StageOptions):
 
 def prefiltered_schema(rules: list[Rule]) -> pa.Schema:
     """What a shard keeps of the pages its prefilter dropped: enough to read what each rule threw away."""
-    fields = [DOCUMENTS.field(name) for name in ("id", "url", "source", "offset")]
-    fields += [SELECTION.field(name) for name in ("first_failure", "failures")]
+    fields = [*PAGE_PLACE_FIELDS, *(SELECTION.field(name) for name in ("first_failure", "failures"))]
     fields += [pa.field(rule.column(signal.name), signal.type) for rule in rules for signal in rule.signals]
     return pa.schema(fields)
 
@@ -67,7 +66,7 @@ def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Thr
     if kept.all():
         return StageResult(records, counts)
     dropped = pa.array(~kept)
-    values = {name: records.column(name) for name in ("id", "url", "source", "offset")}
+    values = {field.name: records.column(field.name) for field in PAGE_PLACE_FIELDS}
     values |= {name: selection.table.column(name) for name in ("first_failure", "failures")}
     values |= {name: array for name, array in columns.items() if name != "id"}
     rows = pa.Table.from_pydict(values, schema=prefiltered_schema(rules)).filter(dropped)

@@ -35,3 +35,6 @@ DOCUMENTS = pa.schema(
         pa.field("lang_score", pa.float32(), metadata={"doc": "probability of lang"}),
     ]
 )
+
+# Where a page dropped before extraction is (no text: it was never extracted), as the run keeps it to be read.
+PAGE_PLACE_FIELDS = [DOCUMENTS.field(name) for name in ("id", "url", "source", "offset")]

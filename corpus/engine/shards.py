@@ -76,6 +76,14 @@ class _PagesTold:
         self.on_progress(pages, 0)
 
 
+def _write_pages(folder: RunFolder, path: str, schema: pa.Schema, tables: list[pa.Table]) -> None:
+    """Pages a shard dropped before extraction, kept to be read; written even when none, to replace what an earlier
+    extraction of the shard left."""
+    with folder.parquet_writer(path, schema) as writer:
+        for table in tables:
+            writer.write(table)
+
+
 @kind("extract", cpus=None)
 def process_shard(job: Job, task: Task, context: Context) -> dict:
     """Run one shard end to end and return its report (written to `shards/<id>.json` by the runner): a crawl
@@ -128,15 +136,10 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     unreadable = [r for r in totals["read"].error_records if r.error_class in WHOLE_INPUT_ERRORS]
     if unreadable:  # nothing of the input was read: not complete, so the next run tries it again
         raise InputFailed(f"{shard.label}: {unreadable[0].message}; corpus reads WARC/WET files and datasets")
-    # Written even when empty: each replaces what an earlier extraction of the shard left.
     if before_extraction:
-        with folder.parquet_writer(prefiltered_path(shard.id), prefiltered_schema(before_extraction)) as pages_out:
-            for table in prefiltered:
-                pages_out.write(table)
+        _write_pages(folder, prefiltered_path(shard.id), prefiltered_schema(before_extraction), prefiltered)
     if job.extract.prepass_languages and not dataset:
-        with folder.parquet_writer(prepassed_path(shard.id), PREPASS_SCHEMA) as pages_out:
-            for table in prepassed:
-                pages_out.write(table)
+        _write_pages(folder, prepassed_path(shard.id), PREPASS_SCHEMA, prepassed)
     return {
         "id": shard.id,
         "source": shard.source,

@@ -254,7 +254,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     sampled: dict[str, list[int]] = {}
     for rule in [*rule_names, *dedup]:
         rows = np.flatnonzero(fails[:, rule_names.index(rule)] if rule in rule_names else first_rule == rule)
-        sampled[rule] = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
+        sampled[rule] = _sample(rng, rows, sample)
     nearest: dict = {}
     for threshold in view.thresholds:
         values = docs.column(threshold.column)
@@ -273,12 +273,10 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         for rule, rows in sampled.items()
     }
     for column, rule in enumerate(early):  # a rule run before extraction dropped pages, not documents: its sample
-        rows = np.flatnonzero(dropped_early[:, column])
-        chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
+        chosen = _sample(rng, np.flatnonzero(dropped_early[:, column]), sample)
         samples[rule] = samples.get(rule, []) + [_prefiltered_page(view, row, rule_objects[rule]) for row in chosen]
     if view.prepassed is not None and view.prepassed.num_rows:  # the language pre-pass dropped pages, too
-        rows = np.arange(view.prepassed.num_rows)
-        chosen = sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist())
+        chosen = _sample(rng, np.arange(view.prepassed.num_rows), sample)
         samples[PREPASS_DROP] = [_prepassed_page(view.prepassed.slice(row, 1).to_pylist()[0]) for row in chosen]
     near = {
         threshold.reason: [_document(view, row, texts[row], rule_objects.get(threshold.rule)) for row in rows]
@@ -357,35 +355,43 @@ def _document(view: RunView, row: int, text: str, rule) -> dict:
     }
 
 
+def _sample(rng: np.random.Generator, rows: np.ndarray, sample: int) -> list[int]:
+    """Up to `sample` of `rows`, drawn without replacement, in order."""
+    return sorted(rng.choice(rows, min(sample, len(rows)), replace=False).tolist()) if len(rows) else []
+
+
 def _prefiltered_page(view: RunView, row: int, rule) -> dict:
-    """A page a rule dropped before extraction, as `_document` gives a document: no text, the span in its URL."""
+    """A page a rule dropped before extraction: its signals, and the span of its URL the rule objects to."""
     page = view.prefiltered.slice(row, 1).to_pylist()[0]
+    signals = {t.column: page[t.column] for t in view.thresholds if t.rule == rule.name}
+    shown = _page_dropped_early(page, signals, page["failures"] or [])
     url = page["url"] or ""
     span = rule.offending_span("", url)
-    start, end = (span.start, span.end) if span is not None else (0, 0)
-    begin = max(0, start - EXCERPT_CHARS // 2)
-    return {
-        "id": page["id"],
-        "url": page["url"],
-        "signals": {t.column: page[t.column] for t in view.thresholds if t.rule == rule.name},
-        "failures": page["failures"] or [],
-        "duplicate_of": None,
-        "span_label": span.label if span is not None else None,
-        "span_in_url": span is not None,
-        "before": url[begin:start] if span is not None else "",
-        "match": url[start:end] if span is not None else "",
-        "after": url[end : end + EXCERPT_CHARS // 2] if span is not None else "",
-        "before_extraction": f"{page['source']} at byte {page['offset']:,}",
+    if span is None:
+        return shown
+    begin = max(0, span.start - EXCERPT_CHARS // 2)
+    return shown | {
+        "span_label": span.label,
+        "span_in_url": True,
+        "before": url[begin : span.start],
+        "match": url[span.start : span.end],
+        "after": url[span.end : span.end + EXCERPT_CHARS // 2],
     }
 
 
 def _prepassed_page(page: dict) -> dict:
-    """A page the language pre-pass dropped, as `_document` gives a document: no text, the language it read."""
+    """A page the language pre-pass dropped: the language and score it read."""
+    signals = {name: page[name] for name in (f"{PREPASS_DROP}.lang", f"{PREPASS_DROP}.score")}
+    return _page_dropped_early(page, signals, [PREPASS_DROP])
+
+
+def _page_dropped_early(page: dict, signals: dict, failures: list[str]) -> dict:
+    """A page dropped before extraction as `_document` gives a document: no text, where its record is."""
     return {
         "id": page["id"],
         "url": page["url"],
-        "signals": {name: page[name] for name in (f"{PREPASS_DROP}.lang", f"{PREPASS_DROP}.score")},
-        "failures": [PREPASS_DROP],
+        "signals": signals,
+        "failures": failures,
         "duplicate_of": None,
         "span_label": None,
         "span_in_url": False,
