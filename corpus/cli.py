@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from corpus.cli_ablate import add_ablate_commands
 from corpus.cli_report import inspect_command, report_command
 from corpus.cli_rules import rules_list, rules_try
 from corpus.config.job import JobError, load_job
@@ -97,7 +98,7 @@ def _interrupted(job, signal_number: int) -> int:
     return 128 + signal_number
 
 
-def _stop(signal_number, frame) -> None:
+def stop_on_signal(signal_number, frame) -> None:
     """Ctrl-C or a plain kill: KeyboardInterrupt (a kill stops like Ctrl-C, so Ray's local cluster goes too). Python
     ignores one raised while a finalizer runs (a file object being collected), which let a run go on to its end
     after Ctrl-C now and then: the engine's work loops also stop at their next step once `INTERRUPTED` is set."""
@@ -111,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 110)
     job = None
     INTERRUPTED.clear()
-    handlers = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {number: signal.signal(number, stop_on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         job = load_job(args.job, output=args.output)
         stats = run_job(job, use_ray=not args.no_ray, verbose=args.verbose)
@@ -226,31 +227,6 @@ def _classifier_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ablate_run(args: argparse.Namespace) -> int:
-    from corpus.config.ablation import load_ablation
-    from corpus.lab.ablation import run_ablation
-
-    try:
-        ablation = load_ablation(args.job, output=args.output)
-        summary = run_ablation(ablation, use_ray=not args.no_ray)
-    except (JobError, OutputLocked) as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
-        return 2
-    for name, error in summary["failed_runs"].items():
-        print(f"corpus: run {name} failed: {error}", file=sys.stderr)
-    results = Path(ablation.output) / "results.parquet"
-    print(f"ablation done in {summary['wall_seconds']:,.0f} s: {results}")
-    if results.exists():
-        _ablate_report(argparse.Namespace(results=str(results), metrics="", last=0, confidence=0.0))
-    return 1 if summary["failed_runs"] else 0
-
-
-def _ablate_report(args: argparse.Namespace) -> int:
-    from corpus.report.ablation_report import print_report
-
-    return print_report(Path(args.results), args.metrics, args.last, args.confidence)
-
-
 def _print_metrics(title: str, result: dict) -> None:
     table = Table(title=title)
     for name in result:
@@ -342,27 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
     inspect.set_defaults(handler=inspect_command)
 
-    ablate = commands.add_parser("ablate", help="train a small model per variant of the rules, and compare")
-    ablate_commands = ablate.add_subparsers(dest="ablate_command", required=True)
-    ablate_run = ablate_commands.add_parser("run", help="run (or resume) an ablation job file")
-    ablate_run.add_argument("job", help="an ablation TOML file, e.g. jobs/ablation_sample.toml")
-    ablate_run.add_argument("--output", help="output folder (overrides the file's `output`)")
-    ablate_run.add_argument("--no-ray", action="store_true", help="run everything in this process, one at a time")
-    ablate_run.set_defaults(handler=_ablate_run)
-    ablate_report = ablate_commands.add_parser(
-        "report", help="per variant and metric: Δ vs the baseline, its interval, the verdict, passes, signal-to-noise"
-    )
-    ablate_report.add_argument("results", help="results.parquet, or the ablation's output folder")
-    ablate_report.add_argument(
-        "--metrics", default="", help="comma-separated patterns of metric columns (default: *.bits_per_byte,*.accuracy)"
-    )
-    ablate_report.add_argument(
-        "--last", type=_at_least(0), default=0, help="evaluations averaged per run (default: the job's)"
-    )
-    ablate_report.add_argument(
-        "--confidence", type=_confidence, default=0.0, help="of the interval (default: the job's)"
-    )
-    ablate_report.set_defaults(handler=_ablate_report)
+    add_ablate_commands(commands, _confidence)
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")

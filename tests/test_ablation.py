@@ -69,7 +69,7 @@ path = "copied.jsonl"
 [evaluation]
 tasks = ["arc_easy", "piqa"]
 items = 6
-last = 2
+final = 0.5
 [variants.all]
 select = {{ rules = [] }}
 [variants.filtered]
@@ -88,6 +88,8 @@ RESULT_COLUMNS = {
     "heldout.nats_per_token.items", "heldout.bits_per_byte.items", "copied.nats_per_token.items",
     "copied.bits_per_byte.items", "arc_easy.bits_per_byte.items", "arc_easy.accuracy.items",
     "piqa.bits_per_byte.items", "piqa.accuracy.items",
+    # accuracy's chance level; the token stream's digest, and the variant whose runs a variant shares
+    "arc_easy.accuracy.chance", "piqa.accuracy.chance", "data_sha256", "same_data_as",
 }  # fmt: skip
 
 
@@ -171,6 +173,8 @@ def test_micro_ablation_results_have_the_schema_and_one_row_per_evaluation(micro
         for metric in ("heldout.bits_per_byte", "arc_easy.bits_per_byte", "piqa.accuracy"):
             assert sum(row[f"{metric}.items"]) / len(row[f"{metric}.items"]) == pytest.approx(row[metric])
         assert len(row["arc_easy.accuracy.items"]) == len(row["piqa.bits_per_byte.items"]) == 6  # [evaluation] items
+        assert row["piqa.accuracy.chance"] == 0.5 and 0.2 <= row["arc_easy.accuracy.chance"] <= 1 / 3  # 2; 3-5 choices
+        assert row["same_data_as"] is None  # the two variants' token streams differ
     # The filtered variant keeps fewer tokens than the unfiltered one, so it passes over its data more often.
     variants = summary["variants"]
     assert variants["filtered"]["tokens"] < variants["all"]["tokens"]
@@ -196,7 +200,7 @@ def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_mi
     folder, ablation, _, _, _ = micro
     before = pq.read_table(folder / "ablation" / "results.parquet")
     assert _losses(before, "all-d32L1-seed0") != _losses(before, "all-d32L1-seed1")
-    (folder / "ablation" / "runs" / "_all-d32L1-seed0.json").unlink()  # as if killed before that run was written
+    (folder / "ablation" / "runs" / "all-d32L1-seed0.json").unlink()  # its marker: as if killed before it was written
     logs: list[str] = []
     run_ablation(ablation, use_ray=False, log=logs.append)
     assert "training: 1 of 4 runs to do (3 done by an earlier run)" in logs  # the same code version or not
@@ -332,7 +336,7 @@ def test_the_verdict_pairs_seeds_and_takes_the_t_interval_of_the_mean_of_the_las
             "new": [[9.0, 2.8, 3.2], [9.0, 3.4, 3.2], [9.0, 3.9, 4.0]],
         }
     )
-    base, new = verdict_rows(results, ["ref.bits_per_byte"], last=2)
+    base, new = verdict_rows(results, ["ref.bits_per_byte"], final=0.5)
     # last 2 evaluations: base 3.1, 3.4, 4.1 (mean 3.5333); new 3.0, 3.3, 3.95; paired differences -0.1, -0.1, -0.15
     assert base["verdict"] == "baseline" and base["mean"] == pytest.approx(3.533333) and base["seeds"] == 3
     assert new["delta"] == pytest.approx(-0.116667, abs=1e-6)
@@ -345,13 +349,13 @@ def test_the_verdict_pairs_seeds_and_takes_the_t_interval_of_the_mean_of_the_las
     pooled = math.sqrt((statistics.variance([3.1, 3.4, 4.1]) + statistics.variance([3.0, 3.3, 3.95])) / 2)
     assert new["snr"] == pytest.approx(0.116667 / pooled, rel=1e-4) and new["decides"] is False
     # Higher is better for accuracy: the same runs are better there too.
-    assert verdict_rows(results, ["task.accuracy"], last=2)[1]["verdict"] == "better"
+    assert verdict_rows(results, ["task.accuracy"], final=0.5)[1]["verdict"] == "better"
     assert new["noise"] == "seeds" and new["item_share"] is None  # these hand-made runs have no item scores
     # A noisy difference: within noise; one seed: no interval.
     noisy = _results({"base": [[3.0], [3.5], [4.0]], "new": [[3.2], [3.3], [4.1]]})
-    assert verdict_rows(noisy, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "within noise"
+    assert verdict_rows(noisy, ["ref.bits_per_byte"])[1]["verdict"] == "within noise"
     single = _results({"base": [[3.0]], "new": [[2.0]]})
-    assert verdict_rows(single, ["ref.bits_per_byte"], last=1)[1]["verdict"] == "one seed"
+    assert verdict_rows(single, ["ref.bits_per_byte"])[1]["verdict"] == "one seed"
 
 
 def _item_results(runs: dict[str, list[dict[str, list[float]]]]) -> pa.Table:
@@ -378,7 +382,7 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
         return {"task.accuracy": [1.0 if i in right else 0.0 for i in range(10)]}
 
     one = _item_results({"base": [answers({0, 1})] * 3, "new": [answers({0, 1, 3})] * 3})
-    base, new = verdict_rows(one, ["task.accuracy"], last=1)
+    base, new = verdict_rows(one, ["task.accuracy"])
     # Per-question differences averaged over seeds: one 1, nine 0: variance 0.1, over 10 questions 0.01; the
     # seeds' part is 0, so 9 degrees of freedom: t(0.975, 9) = 2.262157.
     assert (new["delta"], new["interval"], new["item_share"]) == (
@@ -396,7 +400,7 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
         "intervals, more seeds the others"
     )
     six = _item_results({"base": [answers(set())] * 3, "new": [answers({0, 1, 2, 3, 4, 5})] * 3})
-    assert verdict_rows(six, ["task.accuracy"], last=1)[1]["verdict"] == "better"  # 0.6 ± 0.369
+    assert verdict_rows(six, ["task.accuracy"])[1]["verdict"] == "better"  # 0.6 ± 0.369
 
     # Bits per byte of 4 documents, seeds and documents both noisy: their variances add (the seeds' over 3 pairs,
     # the documents' over 4 per-document differences averaged over seeds), with Welch-Satterthwaite's degrees
@@ -409,7 +413,7 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
             "new": [{"ref.bits_per_byte": d} for d in new_docs],
         }
     )
-    new = verdict_rows(both, ["ref.bits_per_byte"], last=1)[1]
+    new = verdict_rows(both, ["ref.bits_per_byte"])[1]
     seeds_part = statistics.variance([-0.15, -0.15, -0.1]) / 3
     per_document = [
         statistics.mean(d) for d in ([-0.1, -0.2, -0.1], [-0.1] * 3, [-0.2, -0.1, -0.1], [-0.2, -0.2, -0.1])
@@ -433,7 +437,7 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
     results = results.append_column(
         "downstream.bits_per_byte", pc.divide(pc.add(results["t1.bits_per_byte"], results["t2.bits_per_byte"]), 2)
     )
-    row = verdict_rows(results, ["downstream.bits_per_byte"], last=1)[1]
+    row = verdict_rows(results, ["downstream.bits_per_byte"])[1]
     t1_part = statistics.variance([-0.2, 0.0]) / 2 / 4  # 2 questions, 1 degree of freedom
     t2_part = statistics.variance([0.0, -0.3, 0.0]) / 3 / 4  # 3 questions, 2
     assert row["delta"] == pytest.approx(-0.1) and row["item_share"] == pytest.approx(1.0)  # the seeds agree
@@ -474,7 +478,7 @@ def test_the_confidence_holds_for_all_the_variants_judged_on_a_metric_at_once():
         "documents_sha256",
         pa.array(["base" if v == "same" else v for v in results.column("variant").to_pylist()]),
     )
-    by_variant = {row["variant"]: row for row in verdict_rows(results, ["ref.bits_per_byte"], last=1)}
+    by_variant = {row["variant"]: row for row in verdict_rows(results, ["ref.bits_per_byte"])}
     t_three = 7.648804  # t(1 - 0.05 / 6, 2 d.f.): 95 % for three comparisons at once
     for variant, differences, verdict in [
         ("clear", [-0.1, -0.12, -0.09], "better"),
@@ -489,7 +493,8 @@ def test_the_confidence_holds_for_all_the_variants_judged_on_a_metric_at_once():
             verdict,
         ), variant
     assert by_variant["modest"]["interval"] == pytest.approx(0.044160, abs=1e-6)
-    assert (by_variant["same"]["same_data_as"], by_variant["same"]["verdict"]) == ("base", "within noise")
+    same = by_variant["same"]  # no Δ of zeros: the baseline's own runs
+    assert (same["same_data_as"], same["verdict"]) == ("base", "same data") and math.isnan(same["delta"])
     # Judged alone, "modest" is beyond noise: the one-comparison interval is 4.302653 x its standard error.
     alone = verdict_rows(_results({v: [[x] for x in scores[v]] for v in ("base", "modest")}), ["ref.bits_per_byte"])
     assert alone[1]["verdict"] == "better" and alone[1]["interval"] == pytest.approx(0.024841, abs=1e-6)
@@ -497,24 +502,24 @@ def test_the_confidence_holds_for_all_the_variants_judged_on_a_metric_at_once():
 
 def test_a_variant_past_the_pass_limit_gets_no_better_or_worse_verdict():
     results = _results({"base": [[3.0], [3.1], [3.2]], "new": [[2.0], [2.1], [2.2]]}, passes={"new": 4.5})
-    base, new = verdict_rows(results, ["ref.bits_per_byte"], last=1)
+    base, new = verdict_rows(results, ["ref.bits_per_byte"])
     assert new["verdict"] == "data-limited" and new["data_limited"] and new["delta"] == pytest.approx(-1.0)
     assert math.isnan(new["snr"])  # one variant left to compare: no signal-to-noise
     assert new["limited_by"] == "4.5 passes > 4"
     # Fewer passes than the limit, but repeated data and a held-out metric that turned up on most seeds (best
     # before the last 2 evaluations): overfit.
     curves = {"base": [[3.0, 2.9, 2.8]] * 2, "new": [[3.0, 2.0, 2.5, 2.6], [3.0, 2.1, 2.4, 2.5]]}
-    new = verdict_rows(_results(curves, passes={"new": 2.5}), ["ref.bits_per_byte"], last=2)[1]
+    new = verdict_rows(_results(curves, passes={"new": 2.5}), ["ref.bits_per_byte"], final=0.4)[1]
     assert new["verdict"] == "data-limited" and new["limited_by"] == "turned up (overfit)"
     # Accuracy has no turning point to read: there only the passes count, and the difference is judged (two seeds:
     # t with one degree of freedom, 12.7, makes a wide interval).
-    accuracy = verdict_rows(_results(curves, passes={"new": 2.5}), ["task.accuracy"], last=2)[1]
+    accuracy = verdict_rows(_results(curves, passes={"new": 2.5}), ["task.accuracy"], final=0.4)[1]
     assert accuracy["verdict"] == "within noise" and accuracy["delta"] == pytest.approx(0.035)
     # Under one pass nothing repeats: the same curve is a metric that wandered, judged as it is.
-    wandered = verdict_rows(_results(curves, passes={"new": 0.5}), ["ref.bits_per_byte"], last=2)[1]
+    wandered = verdict_rows(_results(curves, passes={"new": 0.5}), ["ref.bits_per_byte"], final=0.4)[1]
     assert wandered["verdict"] == "within noise" and wandered["limited_by"] is None
     limited_base = _results({"base": [[3.0], [3.1]], "new": [[2.0], [2.1]]}, passes={"base": 5.0})
-    assert [r["verdict"] for r in verdict_rows(limited_base, ["ref.bits_per_byte"], last=1)] == [
+    assert [r["verdict"] for r in verdict_rows(limited_base, ["ref.bits_per_byte"])] == [
         "data-limited", "data-limited"
     ]  # fmt: skip
 
@@ -540,11 +545,12 @@ seq_len = 32
 tokens = "auto"
 max_passes = 0.05
 batch_size = 8
-eval_every = 4
+eval_every = 2
 [evaluation]
 tasks = ["quoted"]
 items = 3
 data = "tasks"
+final = 0.5
 [variants]
 auto = "leave_one_out"
 """
@@ -642,12 +648,27 @@ def _leave_one_out(tmp_path, quoted_id: str):
     assert not any(v["data_limited"] for v in variants.values())
     results = pq.read_table(tmp_path / "loo" / "results.parquet")
     assert sorted(set(results["model"].to_pylist())) == ["d32L1", "wider"]
-    rows = verdict_rows(results, ["quoted.bits_per_byte"], last=2)  # two evaluations: none can turn up
-    assert len(rows) == 2 * 6 and {r["verdict"] for r in rows if not r["baseline"]} == {"one seed"}
+    # Identical token streams are found before training and trained once: 3 distinct streams x 2 models x 1 seed.
+    same = {name: variant["same_data_as"] for name, variant in variants.items()}
+    assert same == {"all": None, "without_language": "all", "without_gopher_quality": "all",
+                    "without_gopher_repetition": "all", "without_dedup_exact": None, "without_modify_c4": None}  # fmt: skip
+    assert "training: 6 of 6 runs to do (0 done by an earlier run)" in logs
+    assert sorted(path.name for path in (tmp_path / "loo" / "runs").glob("*.parquet")) == [
+        f"{v}-{m}-seed0.parquet" for v in ("all", "without_dedup_exact", "without_modify_c4") for m in ("d32L1", "wider")
+    ]
+    rows = verdict_rows(results, ["quoted.bits_per_byte"], final=0.5)
+    assert len(rows) == 2 * 6
+    assert {r["variant"]: r["verdict"] for r in rows if not r["baseline"]} == {
+        "without_language": "same data", "without_gopher_quality": "same data", "without_gopher_repetition": "same data",
+        "without_dedup_exact": "one seed", "without_modify_c4": "one seed",
+    }  # fmt: skip
+    shared = [r for r in results.to_pylist() if r["variant"] == "without_language" and r["model"] == "d32L1"]
+    trained = [r for r in results.to_pylist() if r["variant"] == "all" and r["model"] == "d32L1"]
+    assert [r["quoted.bits_per_byte"] for r in shared] == [r["quoted.bits_per_byte"] for r in trained]
     from corpus.lab.verdicts import ranking_agreement
 
     (agreement,) = ranking_agreement(rows, "quoted.bits_per_byte")
-    assert agreement["models"] == ("d32L1", "wider") and agreement["variants"] == 6
+    assert agreement["models"] == ("d32L1", "wider") and agreement["variants"] == 3  # on data of their own
     assert -1 <= agreement["kendall_tau"] <= 1
     return ablation, summary
 
@@ -687,31 +708,40 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     folder = micro[0]
     assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "heldout.*,downstream.*"]) == 0
     out = capsys.readouterr().out
-    for header in ("metric", "variant", "passes", "mean ± std", "Δ", "interval", "items", "verdict", "SNR"):
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100  # readable at 100 columns
+    for header in ("variant", "tokens kept", "passes", "mean ± std (n)", "Δ", "interval", "items", "verdict"):
         assert header in out, header
-    assert "no per-item scores" not in out
-    lines = [line for line in out.splitlines() if "filtered" in line and "downstream.bits_per_byte" in line]
-    assert len(lines) == 1 and "data-limited" in lines[0] and "passes > 0.125" in lines[0]
-    assert "heldout.bits_per_byte" in out and "arc_easy" not in out.split("signal-to-noise")[0]
-    assert "data-limited (more passes over their tokens than allowed" in out
-    # A ladder: the report has a model column and says whether the sizes rank the variants alike.
-    assert main(["ablate", "report", str(folder / "loo" / "results.parquet"), "--last", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "wider" in out and "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in out
-    assert "without_language trained on exactly the documents of all" in out
-    # its 55 more selected pages are all emptied by C4's line removal: the same training data, and said so
-    assert "without_gopher_quality trained on exactly the documents of all" in out
-    assert "without_modify_c4 trained on" not in out  # the same documents, but their text cut differently
-    assert main(["ablate", "report", str(folder / "ablation"), "--last", "50"]) == 0  # runs have 2 evaluations
-    assert "the mean of all its evaluations (--last 50; the fewest a run has: 2)" in " ".join(
-        capsys.readouterr().out.split()
+    assert "a run's score: the mean of its evaluations in the last 50% of training (2 a run, at least 2)" in " ".join(
+        out.split()
     )
+    assert "no per-item scores" not in out
+    filtered = [line.split() for line in lines if line.startswith(" filtered")]
+    assert filtered[0][1:] == ["56,883", "0.15"]  # tokens kept, passes
+    assert all("data-limited" in line for line in filtered[1:]) and len(filtered) == 4  # 3 metrics
+    assert "heldout.bits_per_byte (lower is better) · SNR: fewer than two variants to compare" in out
+    assert "arc_easy" not in out.split("signal-to-noise")[0]
+    assert "data-limited (more passes over their tokens than allowed" in out
+    # A ladder: a table per model, and whether the sizes rank the variants alike; variants on another's data
+    # are named once, with no Δ.
+    assert main(["ablate", "report", str(folder / "loo" / "results.parquet")]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "quoted.bits_per_byte (lower is better, wider)" in out
+    assert "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in out and "over 3 variants" in out
+    assert "same data as all (identical token streams, trained once, no Δ): without_language, " in out
+    assert not [line for line in out.splitlines() if line.startswith(" without_language ") and "+0.0000" in line]
+    assert "one seed: no interval" in out and "nan" not in out
+    assert "quoted.accuracy (higher is better, d32L1) · cannot decide: at chance (0.44)" in out
+    assert main(["ablate", "report", str(folder / "ablation"), "--final", "0.01"]) == 0  # fewer than 2: the last 2
+    assert "in the last 1% of training (2 a run, at least 2)" in " ".join(capsys.readouterr().out.split())
     # Results an older corpus wrote, without item scores: judged on the seeds' noise, and said so.
     results = pq.read_table(folder / "ablation" / "results.parquet")
     older = results.drop_columns([c for c in results.column_names if c.endswith(".items")])
     pq.write_table(older, folder / "older.parquet")
     assert main(["ablate", "report", str(folder / "older.parquet"), "--metrics", "heldout.bits_per_byte"]) == 0
     assert " ".join(capsys.readouterr().out.split()).endswith(
+        "cannot: heldout.bits_per_byte "
         "no per-item scores for heldout.bits_per_byte (results of an older corpus): those intervals hold the seeds' "
         "noise only, not the questions' or documents'; `corpus ablate run JOB` retrains the runs with them "
         "data-limited (more passes over their tokens than allowed, or a held-out metric that turned up: it measures "

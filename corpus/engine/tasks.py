@@ -13,6 +13,7 @@ each task would ship).
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
 import pickle
@@ -55,16 +56,23 @@ class Kind:
     function: Callable[..., dict]
     cpus: float | None  # None: the job's [ray] num_cpus_per_task (the heavy per-input tasks)
     in_documents_folder: bool  # its outputs live with the documents (an ablation variant's source run)
+    resources: Callable[[object], dict] | None = None  # Ray resources from the options (a GPU for training)
+
+    def ray_resources(self, options) -> dict:
+        if self.resources is not None:
+            return self.resources(options)
+        return {"num_cpus": options.ray.num_cpus_per_task if self.cpus is None else self.cpus}
 
 
 KINDS: dict[str, Kind] = {}
 
 
-def kind(name: str, cpus: float | None = 1.0, in_documents_folder: bool = False):
-    """Register `function(options, task, context) -> report` as the work of tasks of kind `name`."""
+def kind(name: str, cpus: float | None = 1.0, in_documents_folder: bool = False, resources=None):
+    """Register `function(options, task, context) -> report` as the work of tasks of kind `name`. A kind defined
+    outside the engine is named `module:name`, so that a worker can import its module."""
 
     def register(function: Callable[..., dict]) -> Callable[..., dict]:
-        KINDS[name] = Kind(function, cpus, in_documents_folder)
+        KINDS[name] = Kind(function, cpus, in_documents_folder, resources)
         return function
 
     return register
@@ -72,9 +80,13 @@ def kind(name: str, cpus: float | None = 1.0, in_documents_folder: bool = False)
 
 def registered(name: str) -> Kind:
     """The kind `name`: its module registers it when imported, and a Ray worker that unpickled a task has imported
-    this module alone, so the run's modules (which import every kind's) are imported on first need."""
+    this module alone, so the run's modules (which import every kind's), or the module a `module:name` kind
+    names, are imported on first need."""
     if name not in KINDS:
-        import corpus.engine.run  # noqa: F401 - for its imports' registrations
+        if ":" in name:
+            importlib.import_module(name.split(":", 1)[0])
+        else:
+            import corpus.engine.run  # noqa: F401 - for its imports' registrations
 
     return KINDS[name]
 
@@ -235,10 +247,8 @@ class RayRunner:
                 if task is None:
                     exhausted = True
                     break
-                cpus = registered(task.kind).cpus
-                remote = self._remote.options(
-                    num_cpus=options.ray.num_cpus_per_task if cpus is None else cpus, max_retries=self.retries
-                )
+                resources = registered(task.kind).ray_resources(options)
+                remote = self._remote.options(**resources, max_retries=self.retries)
                 in_flight[remote.remote(reference, task)] = task
             if not in_flight:
                 break

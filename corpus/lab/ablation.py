@@ -12,20 +12,22 @@ the model (and a ladder of larger ones), the seeds, the reference sets and the d
 4. per variant, a job that selects from the documents run into `variants/<name>/`: select, dedup, token shards;
 5. the budget: every run trains on the same tokens; a variant that would pass over its data more than
    `max_passes` times is data-limited (`tokens = "auto"`: the largest budget with none);
-6. per model size, variant and seed, a training run (a Ray task asking for a GPU when the cluster has one),
-   written to `runs/<variant>-<model>-seed<k>.parquet` when it finishes, so a killed ablation resumes;
-7. `results.parquet`: every evaluation row of every run with the run's provenance; `variants.parquet`: the
-   documents and tokens each variant kept and dropped, per reason. `corpus.lab.verdicts` reads them.
+6. variants whose token streams are identical (whatever their selections said) share their runs: per distinct
+   stream, model size and seed, one training run, an engine task (`corpus.lab.training_runs`: a GPU each where
+   the Ray cluster has one) writing `runs/<variant>-<model>-seed<k>.parquet`, then its marker;
+7. `results.parquet`: every variant's evaluation rows with its provenance (`same_data_as`: the variant whose runs
+   it shares); `variants.parquet`: the documents and tokens each variant kept and dropped, per reason.
+   `corpus.lab.verdicts` reads them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +36,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus import __version__
-from corpus.config.ablation import Ablation, ModelOptions
-from corpus.config.job import Job, JobError
+from corpus.config.ablation import Ablation, ModelOptions, fixed_steps
+from corpus.config.job import Job, JobError, RayOptions
 from corpus.engine.run_folder import RunFolder
+from corpus.engine.tasks import Task
 from corpus.lab.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task
+from corpus.lab.training_runs import TrainingPlan, TrainingRun, run_path, token_stream_sha256, training_task
+from corpus.lab.verdicts import final_window_problem
 from corpus.rulebook import content_sha256, load_once
 from corpus.stages.tokenize import TextTokenizer
 
@@ -77,22 +82,12 @@ def _code_version() -> str:
     return f"corpus {__version__}" + (f" ({commit})" if commit else "")
 
 
-def train_run(spec: dict) -> list[dict]:
-    """One training run (a Ray task, or a plain call): the variant's token shards, one model size, one seed; rows
-    of `corpus.lab.trainer.train_language_model`."""
-    from corpus.lab.trainer import ModelConfig, TrainOptions, train_language_model
-
-    return train_language_model(
-        spec["run"], spec["references"], ModelConfig(**spec["model"]), TrainOptions(**spec["train"]), spec["tasks"]
-    )
-
-
 def training_steps(ablation: Ablation, model: ModelOptions, variant_tokens: dict[str, int]) -> int:
     """Steps of every run of `model`: the job's token budget, or with `tokens = "auto"` the most steps at which the
     smallest variant is read at most `max_passes` times (a step reads batch x (seq_len + 1) tokens)."""
     train = ablation.spec.train
     if train.tokens != "auto":
-        return math.ceil(train.tokens / (train.batch_size * model.seq_len))
+        return fixed_steps(train, model)
     smallest = min(variant_tokens, key=variant_tokens.get)
     steps = int(variant_tokens[smallest] * train.max_passes // (train.batch_size * (model.seq_len + 1)))
     if steps < 1:
@@ -123,38 +118,6 @@ def _train_options(ablation: Ablation, steps: int, seed: int) -> dict:
         "threads": train.threads,
         "compile": train.compile,
     }
-
-
-def _run_all(specs: list[dict], use_ray: bool, on_done) -> dict[str, str]:
-    """Every training run, as Ray tasks (a GPU each when the cluster has GPUs) or one after another; `on_done(spec,
-    rows)` as each finishes. Returns the failures by run name."""
-    failed: dict[str, str] = {}
-    if not use_ray:
-        for spec in specs:
-            try:
-                on_done(spec, train_run(spec))
-            except Exception as exc:  # noqa: BLE001 - one failed run is reported, the others go on
-                failed[spec["name"]] = f"{type(exc).__name__}: {exc}"
-        return failed
-    import ray
-
-    from corpus.engine import ensure_ray
-    from corpus.engine.tasks import format_failure as _format_failure
-
-    ensure_ray()
-    gpus = ray.cluster_resources().get("GPU", 0) > 0
-    pending = {}
-    for spec in specs:
-        resources = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": spec["train"]["threads"]}
-        pending[ray.remote(train_run).options(**resources, max_retries=1).remote(spec)] = spec
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        spec = pending.pop(ready[0])
-        try:
-            on_done(spec, ray.get(ready[0]))
-        except Exception as exc:  # noqa: BLE001
-            failed[spec["name"]] = _format_failure(exc)
-    return failed
 
 
 VARIANT_COUNTS = pa.schema(
@@ -255,55 +218,6 @@ def _provenance(ablation: Ablation, name: str, manifest: dict, written_ids: list
     }
 
 
-def _run_specs(ablation: Ablation, name: str, job: Job, provenance: dict, steps: dict[str, int], scoring: dict,
-               vocab_size: int) -> list[dict]:  # fmt: skip
-    """A training run per model size and seed of a variant, each keyed by everything that changes its result."""
-    specs = []
-    evaluation = ablation.spec.evaluation.model_dump(exclude={"last", "confidence"})
-    for model in ablation.models:
-        for seed in ablation.spec.seeds:
-            train = _train_options(ablation, steps[model.label], seed)
-            run_passes = passes(ablation, model, steps[model.label], provenance["variant_tokens"])
-            facts = {
-                **provenance,
-                "model": model.label,
-                "model_config": json.dumps(model.config(vocab_size), sort_keys=True),
-                "passes": run_passes,
-                "max_passes": ablation.spec.train.max_passes,
-            }
-            # Keyed by what changes the result; the code version is recorded, not compared: a commit that touches
-            # no training code must not retrain a finished ablation (delete `runs/` to retrain after one that does).
-            recorded = {key: value for key, value in facts.items() if key != "code_version"}
-            settings = [recorded, train, [r.model_dump() for r in ablation.spec.references], evaluation,
-                        SCORES_VERSION]  # fmt: skip
-            specs.append(
-                {
-                    "name": f"{name}-{model.label}-seed{seed}",
-                    "variant": name,
-                    "seed": seed,
-                    "key": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
-                    "run": job.output,
-                    "model": model.config(vocab_size),
-                    "train": train,
-                    "provenance": facts,
-                    **scoring,
-                }
-            )
-    return specs
-
-
-def _save_run(folder: RunFolder, spec: dict, rows: list[dict]) -> None:
-    """A finished run's rows with its provenance, `runs/<name>.parquet`, then its key (the run is done)."""
-    table = pa.Table.from_pylist(
-        [{"variant": spec["variant"], "seed": spec["seed"], **row, **spec["provenance"]} for row in rows]
-    )
-    mfu = table.schema.get_field_index("mfu")
-    table = table.set_column(mfu, "mfu", table.column("mfu").cast(pa.float64()))  # None off CUDA: typed anyway
-    with folder.parquet_writer(f"runs/{spec['name']}.parquet", table.schema) as writer:
-        writer.write(table)
-    folder.write_json(f"runs/_{spec['name']}.json", {"key": spec["key"]})
-
-
 def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str, overlap: pa.Table,
                      scored: list[str], use_ray: bool, summary: dict) -> tuple[dict, list[pa.Table]]:  # fmt: skip
     """Each variant's selection and token shards; its facts into `summary["variants"]`. Returns, per variant that
@@ -321,8 +235,6 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
         selection = variant_folder.read_folder("selection", columns=["id", "kept", "first_failure"])
         manifest = variant_folder.read_json("tokens/manifest.json")
         counts.append(_variant_counts(name, selection, overlap, manifest["tokens"], manifest["documents"]))
-        # what it trains on: the documents written (a selected one its modifiers emptied is not), so two variants
-        # whose selections differ only by such documents are told apart from the data as the same data
         written_ids = sorted(
             variant_folder.read_folder("tokens/shards", columns=["doc_id"]).column("doc_id").to_pylist()
         )
@@ -341,13 +253,18 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
 
 
 def _plan_budget(ablation: Ablation, selected: dict, summary: dict, log) -> dict[str, int]:
-    """Steps per model size; each variant's passes per model into the summary, with a line for each that is
-    data-limited."""
+    """Steps per model size, refused when they leave fewer than two evaluations in the scored final share of
+    training; each variant's passes per model into the summary, with a line for each that is data-limited."""
     tokens = {name: manifest["tokens"] for name, (_, manifest, _) in selected.items()}
     steps = {model.label: training_steps(ablation, model, tokens) for model in ablation.models}
-    limit = ablation.spec.train.max_passes
+    train, final = ablation.spec.train, ablation.spec.evaluation.final
+    for label, count in steps.items():
+        problem = final_window_problem(count, train.eval_every, final)
+        if problem:
+            raise JobError(f"{ablation.source_file}: model {label}: {problem}")
+    limit = train.max_passes
     for model in ablation.models:
-        trained = steps[model.label] * ablation.spec.train.batch_size * model.seq_len
+        trained = steps[model.label] * train.batch_size * model.seq_len
         log(f"budget {model.label}: {steps[model.label]:,} steps, {trained:,} training tokens per run")
     for name, count in tokens.items():
         per_model = {model.label: passes(ablation, model, steps[model.label], count) for model in ablation.models}
@@ -361,81 +278,201 @@ def _plan_budget(ablation: Ablation, selected: dict, summary: dict, log) -> dict
     return steps
 
 
+def same_data_groups(streams: dict[str, str], baseline: str) -> dict[str, str]:
+    """Each variant -> the variant whose run it shares: the first (the baseline before all) with the same token
+    stream digest."""
+    first: dict[str, str] = {}
+    for name in sorted(streams, key=lambda name: name != baseline):
+        first.setdefault(streams[name], name)
+    return {name: first[streams[name]] for name in streams}
+
+
+@dataclass
+class PreparedAblation:
+    """Everything up to training: the variants' token shards, their budget, and the training runs to do."""
+
+    summary: dict
+    plan: TrainingPlan
+    tasks: list[Task]
+    members: dict[str, str]  # variant -> the variant whose runs it shares (itself when it trains)
+    provenance: dict[str, dict]
+    steps: dict[str, int]
+    run_of: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (variant, model, seed) -> run name
+
+
+def prepare_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> PreparedAblation:
+    """The documents run (resumed), the tokenizer, decontamination, each variant's selection and token shards, the
+    budget, and one training task per distinct token stream, model size and seed. Trains nothing."""
+    from corpus.engine import run_job
+
+    folder = RunFolder(ablation.output)
+    documents_stats = ablation.reused_documents
+    if documents_stats is None:
+        log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")
+        documents_stats = run_job(ablation.documents, use_ray=use_ray)
+    else:
+        log(
+            f"documents: {ablation.documents.output}, complete for {ablation.documents.source_file}; its inputs "
+            "cannot be read, so it is used as it is"
+        )
+    if documents_stats["failed_shards"]:
+        raise JobError(f"the documents run has failed shards: {documents_stats['failed_shards']}; rerun it")
+    with open(ablation.source_file, "rb") as fh:
+        folder.write_bytes("ablation.toml", fh.read())
+    tokenizer_path = _tokenizer_file(ablation, folder, documents_stats, log)
+    tokenizer = load_once(TextTokenizer, tokenizer_path, ablation.spec.tokenizer.separator)
+    scored_texts, references, tasks = _scored_texts(ablation, tokenizer)
+    decontamination = ablation.spec.decontamination
+    overlap = decontaminate(ablation.documents, scored_texts, tokenizer, decontamination.ngram)
+    shared = write_exclusions(folder, overlap, list(scored_texts), decontamination.drop)
+    log(
+        f"decontamination: {shared:,} of {overlap.num_rows:,} documents share a {decontamination.ngram}-gram "
+        "with a reference set or task"
+    )
+    summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
+    selected, counts = _select_variants(ablation, folder, tokenizer_path, overlap, list(scored_texts), use_ray, summary)
+    with folder.parquet_writer("variants.parquet", VARIANT_COUNTS) as writer:
+        writer.write(pa.concat_tables([VARIANT_COUNTS.empty_table(), *counts]))
+    steps = _plan_budget(ablation, selected, summary, log) if selected else {}
+    streams = {name: token_stream_sha256(job.output) for name, (job, _, _) in selected.items()}
+    members = same_data_groups(streams, ablation.baseline)
+    for name, trained in members.items():
+        summary["variants"][name]["same_data_as"] = trained if trained != name else None
+    sharing = [name for name, trained in members.items() if trained != name]
+    if sharing:
+        log(
+            f"same data: {len(set(members.values()))} distinct token streams among {len(members)} variants; "
+            + "; ".join(f"{name} = {members[name]}" for name in sharing)
+            + " (each trained once)"
+        )
+    provenance = {
+        name: {**_provenance(ablation, name, manifest, ids, tokenizer_path), "data_sha256": streams[name]}
+        for name, (_, manifest, ids) in selected.items()
+    }
+    runs, keys, run_of = {}, {}, {}
+    evaluation = ablation.spec.evaluation.model_dump(exclude={"final", "confidence"})
+    for name in selected:
+        trained = members[name]
+        for model in ablation.models:
+            for seed in ablation.spec.seeds:
+                run = f"{trained}-{model.label}-seed{seed}"
+                run_of[name, model.label, seed] = run
+                if trained != name:
+                    continue
+                runs[run] = TrainingRun(
+                    selected[name][0].output, model.config(tokenizer.vocab_size),
+                    _train_options(ablation, steps[model.label], seed),
+                )  # fmt: skip
+                # Keyed by what changes the result: the tokens (not the selection that made them), the model, the
+                # trainer, the scoring. The code version is recorded, not compared: a commit that touches no
+                # training code must not retrain a finished ablation (delete `runs/` to retrain after one that does).
+                settings = [streams[name], runs[run].model, runs[run].train,
+                            [r.model_dump() for r in ablation.spec.references], evaluation, SCORES_VERSION]  # fmt: skip
+                keys[run] = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    plan = TrainingPlan(ablation.output, references, tasks, runs, gpus=_cluster_has_gpus(ablation, use_ray),
+                        ray=RayOptions(num_cpus_per_task=ablation.spec.train.threads, max_retries=1))  # fmt: skip
+    tasks_ = [training_task(run, keys[run]) for run in runs]
+    return PreparedAblation(summary, plan, tasks_, members, provenance, steps, run_of)
+
+
+def _cluster_has_gpus(ablation: Ablation, use_ray: bool) -> bool:
+    if not use_ray or ablation.spec.train.device == "cpu":
+        return False
+    import ray
+
+    from corpus.engine import ensure_ray
+
+    ensure_ray()
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C while training: how many runs are complete, for the resume message."""
+
+    def __init__(self, complete: int, planned: int):
+        super().__init__(f"{complete} of {planned} training runs complete")
+        self.complete, self.planned = complete, planned
+
+
+def train_runs(prepared: PreparedAblation, use_ray: bool, log) -> dict[str, str]:
+    """Every training run not done by an earlier run, through the engine's runners; returns failures by run."""
+    from corpus.engine.progress import RunProgress
+    from corpus.engine.run import Runners
+    from corpus.engine.tasks import run_phase
+
+    plan, tasks = prepared.plan, prepared.tasks
+    folder = RunFolder(plan.output)
+    todo = [task for task in tasks if folder.done(task.marker, task.key) is None]
+    log(f"training: {len(todo)} of {len(tasks)} runs to do ({len(tasks) - len(todo)} done by an earlier run)")
+    runners = Runners(plan, use_ray)
+    runner = runners.pick(needs_workers=bool(todo))
+    progress = RunProgress(len(tasks), len(tasks) - len(todo), where=runners.where(runner), unit="training run",
+                           counts=("steps", "tokens"))  # fmt: skip
+    runners.progress = progress
+    failed: dict[str, str] = {}
+
+    def finished(task: Task, report: dict | None, error: str | None) -> None:
+        progress.shard_finished(task.id, error)
+        if report is not None:
+            scores = ", ".join(f"{name.removesuffix('.bits_per_byte')} {value:.4f}"
+                               for name, value in report["scores"].items())  # fmt: skip
+            log(f"  {task.id}: {report['tokens']:,} tokens, {report['tokens_per_s']:,.0f} tokens/s, bits/byte {scores}")
+
+    try:
+        run_phase(runner, plan, todo, failed, finished)
+    except KeyboardInterrupt:
+        complete = sum(folder.done(task.marker, task.key) is not None for task in tasks)
+        raise TrainingInterrupted(complete, len(tasks)) from None
+    finally:
+        progress.close()
+    return failed
+
+
+def _write_results(folder: RunFolder, prepared: PreparedAblation, failed: dict[str, str], max_passes: float) -> None:
+    """`results.parquet`: every variant's rows (a variant sharing another's token stream gets that run's rows,
+    with its own provenance and `same_data_as`)."""
+    tables = []
+    for (variant, model, seed), run in prepared.run_of.items():
+        if run in failed or not folder.exists(run_path(run)):
+            continue
+        table = folder.read_table(run_path(run))
+        trained = prepared.members[variant]
+        facts = {
+            "variant": variant,
+            "seed": seed,
+            **prepared.provenance[variant],
+            "model": model,
+            "model_config": json.dumps(prepared.plan.runs[run].model, sort_keys=True),
+            "passes": prepared.summary["variants"][variant]["passes"][model],
+            "max_passes": max_passes,
+            "same_data_as": trained if trained != variant else None,
+        }
+        for name, value in facts.items():
+            kind = pa.string() if name == "same_data_as" else None  # null in most rows: typed anyway
+            table = table.append_column(name, pa.array([value] * table.num_rows, kind))
+        tables.append(table)
+    if tables:
+        results = pa.concat_tables(tables, promote_options="permissive")
+        with folder.parquet_writer("results.parquet", results.schema) as writer:
+            writer.write(results)
+
+
 def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
     """Run (or resume) an ablation; returns its summary, also written to `ablation.json`. Results are in
     `results.parquet` and `variants.parquet` in the output folder."""
-    from corpus.engine import run_job
-
     started = time.perf_counter()
     folder = RunFolder(ablation.output)
     folder.lock()
     try:
-        documents_stats = ablation.reused_documents
-        if documents_stats is None:
-            log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")
-            documents_stats = run_job(ablation.documents, use_ray=use_ray)
-        else:
-            log(
-                f"documents: {ablation.documents.output}, complete for {ablation.documents.source_file}; its inputs "
-                "cannot be read, so it is used as it is"
-            )
-        if documents_stats["failed_shards"]:
-            raise JobError(f"the documents run has failed shards: {documents_stats['failed_shards']}; rerun it")
-        with open(ablation.source_file, "rb") as fh:
-            folder.write_bytes("ablation.toml", fh.read())
-        tokenizer_path = _tokenizer_file(ablation, folder, documents_stats, log)
-        tokenizer = load_once(TextTokenizer, tokenizer_path, ablation.spec.tokenizer.separator)
-        scored_texts, references, tasks = _scored_texts(ablation, tokenizer)
-        decontamination = ablation.spec.decontamination
-        overlap = decontaminate(ablation.documents, scored_texts, tokenizer, decontamination.ngram)
-        shared = write_exclusions(folder, overlap, list(scored_texts), decontamination.drop)
-        log(
-            f"decontamination: {shared:,} of {overlap.num_rows:,} documents share a {decontamination.ngram}-gram "
-            "with a reference set or task"
-        )
-
-        summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
-        selected, counts = _select_variants(
-            ablation, folder, tokenizer_path, overlap, list(scored_texts), use_ray, summary
-        )
-        with folder.parquet_writer("variants.parquet", VARIANT_COUNTS) as writer:
-            writer.write(pa.concat_tables([VARIANT_COUNTS.empty_table(), *counts]))
-        steps = _plan_budget(ablation, selected, summary, log) if selected else {}
-        specs = []
-        for name, (job, manifest, written_ids) in selected.items():
-            provenance = _provenance(ablation, name, manifest, written_ids, tokenizer_path)
-            scoring = {"references": references, "tasks": tasks}
-            specs += _run_specs(ablation, name, job, provenance, steps, scoring, tokenizer.vocab_size)
-
-        done = {
-            spec["name"]
-            for spec in specs
-            if (folder.read_json(f"runs/_{spec['name']}.json") or {}).get("key") == spec["key"]
-        }
-        todo = [spec for spec in specs if spec["name"] not in done]
-        log(f"training: {len(todo)} of {len(specs)} runs to do ({len(done)} done by an earlier run)")
-
-        def save(spec: dict, rows: list[dict]) -> None:
-            _save_run(folder, spec, rows)
-            final = rows[-1]
-            scores = [f"{r.name} {final[f'{r.name}.bits_per_byte']:.4f}" for r in references]
-            if tasks:
-                scores.append(f"downstream {final['downstream.bits_per_byte']:.4f}")
-            log(
-                f"  {spec['name']}: {final['tokens']:,} tokens, {final['tokens_per_s']:,.0f} tokens/s, "
-                f"bits/byte {', '.join(scores)}"
-            )
-
-        summary["failed_runs"].update(_run_all(todo, use_ray, save))
-        finished = [spec["name"] for spec in specs if spec["name"] not in summary["failed_runs"]]
-        tables = [folder.read_table(f"runs/{name}.parquet") for name in finished]
-        if tables:
-            results = pa.concat_tables(tables, promote_options="permissive")
-            with folder.parquet_writer("results.parquet", results.schema) as writer:
-                writer.write(results)
+        prepared = prepare_ablation(ablation, use_ray, log)
+        summary = prepared.summary
+        failed = train_runs(prepared, use_ray, log)
+        summary["failed_runs"] |= failed
+        _write_results(folder, prepared, failed, ablation.spec.train.max_passes)
         summary["baseline"] = ablation.baseline
         summary["models"] = [model.label for model in ablation.models]
-        summary["steps"] = steps
+        summary["steps"] = prepared.steps
+        summary["runs"] = {"planned": len(prepared.tasks), "variants x models x seeds": len(prepared.run_of)}
         summary["max_passes"] = ablation.spec.train.max_passes
         summary["evaluation"] = ablation.spec.evaluation.model_dump()
         summary["wall_seconds"] = round(time.perf_counter() - started, 1)

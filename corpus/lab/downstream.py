@@ -161,7 +161,7 @@ def tokenize_task(name: str, items: list[TaskItem], tokenizer) -> TaskSet:
 def task_scores(task: TaskSet, nats: np.ndarray) -> dict:
     """From each request's continuation negative log-likelihood (nats): the gold continuation's bits per byte
     (mean over items) and the accuracy of picking the choice with the highest likelihood per character, each with
-    its per-question scores (`ITEMS`)."""
+    its per-question scores (`ITEMS`), and accuracy's chance level (the mean of 1 / choices over the items)."""
     gold_bpb = nats[task.gold] / math.log(2) / np.maximum(task.continuation_bytes[task.gold], 1)
     per_char = -nats / np.maximum(task.continuation_chars, 1)
     best = np.full(task.items, -np.inf)
@@ -177,4 +177,5 @@ def task_scores(task: TaskSet, nats: np.ndarray) -> dict:
         "accuracy": float(correct.mean()),
         "bits_per_byte" + ITEMS: gold_bpb.tolist(),
         "accuracy" + ITEMS: correct.astype(float).tolist(),
+        "accuracy.chance": float(np.mean(1 / np.bincount(task.item, minlength=task.items))),
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class TrainOptions:
     compile: bool = True  # torch.compile the model on CUDA
     shuffle_buffer: int = 1024  # sequences shuffled together, by the seed, on their way to the model
 
+
+PROGRESS_EVERY = 10  # steps between progress reports
 
 # Dense bf16 peak FLOP/s by device name, for MFU.
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
@@ -252,12 +255,13 @@ def train_language_model(
     config: ModelConfig,
     options: TrainOptions = TrainOptions(),
     tasks: list[TaskSet] = (),
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> list[dict]:
     """Train on `run`'s token shards (repeated as often as `steps` needs) and return one row per evaluation:
     step, tokens seen, train loss (mean since the last row), eval losses per reference set, downstream task scores
     (`evaluate_tasks`), epochs of the data,
     training tokens/s since the last row (evaluation excluded) and its MFU (None off CUDA or on an unknown GPU),
-    parameters, device."""
+    parameters, device. `on_progress(steps, tokens)` is told of the steps done every `PROGRESS_EVERY` steps."""
     if options.threads:
         torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
@@ -302,6 +306,8 @@ def train_language_model(
         optimizer.step()
         losses.append(loss.detach())
         seen += tokens[:, 1:].numel()
+        if on_progress is not None and (step + 1) % PROGRESS_EVERY == 0:
+            on_progress(PROGRESS_EVERY, PROGRESS_EVERY * tokens[:, 1:].numel())
         if (step + 1) % options.eval_every == 0 or step + 1 == options.steps:
             train_loss = torch.stack(losses).mean().item()  # the one sync per interval
             tokens_per_s = (seen - interval_start) / (time.perf_counter() - started)  # this interval, no evaluation

@@ -1,8 +1,9 @@
 """Verdicts of an ablation, read from its `results.parquet`: what a variant did to each metric, and whether that
 is beyond noise: the seeds' and the scored items'.
 
-- A run's score on a metric is the mean of its last `last` evaluations (Heineman et al. 2025, "Signal and Noise":
-  averaging the last checkpoints lowers the noise of a small-scale comparison).
+- A run's score on a metric is the mean of its evaluations in the final share `final` of training (default the
+  last 10 % of steps, at least two evaluations; Heineman et al. 2025, "Signal and Noise": averaging the final
+  checkpoints of a run that has levelled off lowers the noise of a small-scale comparison).
 - Variants share seeds (the same initialisation and data order per seed), so a variant is compared with the
   baseline seed by seed: Δ is the mean of the paired differences. Each variant's own pairs give its seed noise:
   pooling it over variants would let the variants that train on nearly (or exactly) the baseline's data, whose
@@ -35,7 +36,13 @@ is beyond noise: the seeds' and the scored items'.
   measures the repetition, not the data.
 - Per metric, the signal-to-noise ratio is the spread between the variants' means (max - min, data-limited
   variants left out) over the seed standard deviation (pooled over variants); a metric whose ratio is below
-  `decides_at` cannot rank these variants at this scale.
+  `decides_at` cannot rank these variants at this scale, nor can one with a chance level (accuracy: the mean of
+  1 / choices) that no variant beats by more than `decides_at` of its noise (DataDecide, Magnusson et al. 2025:
+  accuracy at chance cannot decide at small scale, whatever its spread).
+- The minimum detectable effect (`mde`) is the Δ the interval would call beyond noise with 80 % power, from the
+  same noise and degrees of freedom: (t of the confidence + t of the power) x Δ's standard error.
+- A variant whose token stream is another's (`same_data_as`, or the same digest) shares its runs: it gets the
+  verdict `same data`, no Δ, and stays out of the family the confidence holds for.
 - With a model ladder, `ranking_agreement` says whether the sizes order the variants alike (Kendall's tau).
 """
 
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from fnmatch import fnmatch
 
 import numpy as np
@@ -55,7 +63,38 @@ from corpus.lab.downstream import ITEMS
 LOWER_IS_BETTER = ("nats_per_token", "bits_per_byte")
 HIGHER_IS_BETTER = ("accuracy",)
 DEFAULT_METRICS = ("*.bits_per_byte", "*.accuracy")
-VERDICTS = ("baseline", "better", "worse", "within noise", "data-limited", "one seed")
+VERDICTS = ("baseline", "better", "worse", "within noise", "data-limited", "one seed", "same data")
+FINAL_SHARE = 0.1  # a run's score: its evaluations in the last 10 % of training
+POWER = 0.8  # of the minimum detectable effect
+CHANCE = ".chance"  # suffix of a metric's chance level column (accuracy: the mean of 1 / choices over its items)
+
+
+def evaluation_steps(steps: int, eval_every: int) -> list[int]:
+    """The steps a run of `steps` is evaluated at: every `eval_every`, and the last."""
+    return sorted(set(range(eval_every, steps + 1, eval_every)) | {steps})
+
+
+def final_evaluations(steps: list[int], final: float) -> int:
+    """How many of a run's evaluations (at `steps`, ascending) make its score: those in the last `final` share of
+    its training (at or past (1 - final) x its last step), and at least the last two."""
+    start = (1 - final) * steps[-1]
+    return min(len(steps), max(2, sum(step >= start - 1e-9 for step in steps)))
+
+
+def final_window_problem(steps: int, eval_every: int, final: float) -> str | None:
+    """What is wrong when runs of `steps` evaluated every `eval_every` have fewer than two evaluations in their
+    final `final` share of training; None when they have two."""
+    evaluated = evaluation_steps(steps, eval_every)
+    start = (1 - final) * steps
+    inside = [step for step in evaluated if step >= start - 1e-9]
+    if len(inside) >= 2:
+        return None
+    most = max(1, int(steps * final) // 2)
+    return (
+        f"[evaluation] final = {final:g} scores a run by its evaluations in its last {final:.0%} of {steps:,} steps "
+        f"(from step {math.ceil(start):,}), and eval_every = {eval_every} leaves {len(inside)} there; set [train] "
+        f"eval_every to at most {most} or raise [evaluation] final"
+    )
 
 
 def metric_columns(results: pa.Table, patterns: tuple[str, ...] | list[str] = ("*",)) -> list[str]:
@@ -85,8 +124,9 @@ def item_columns(columns: list[str], metric: str) -> list[str]:
     return parts if parts and all(part in columns for part in parts) else []
 
 
-def run_scores(results: pa.Table, metric: str, last: int) -> dict[tuple[str, str], dict]:
-    """Per (model, variant): `values` by seed (the mean of each run's last `last` evaluations), `items` by seed
+def run_scores(results: pa.Table, metric: str, final: float) -> dict[tuple[str, str], dict]:
+    """Per (model, variant): `values` by seed (the mean of each run's evaluations in its `final` share of training,
+    `final_evaluations`), `items` by seed
     (the same mean of each item's score, per column of `item_columns`; None where a run has none), whether the
     metric turned up on most seeds, and the run facts the verdict needs (passes, the pass limit, tokens kept, the
     documents' digest, whether it is the baseline)."""
@@ -106,9 +146,11 @@ def run_scores(results: pa.Table, metric: str, last: int) -> dict[tuple[str, str
                 "tokens_kept": rows[-1]["variant_tokens"],
                 "data": training_data(rows[-1]),
                 "baseline": rows[-1]["baseline"],
+                "chance": rows[-1].get(metric + CHANCE),
             },
         )
         values = [row[metric] for row in rows]
+        last = final_evaluations([row["step"] for row in rows], final)
         entry["values"][seed] = float(np.mean(values[-last:]))
         averaged = rows[-last:]
         entry.setdefault("items", {})[seed] = (
@@ -126,7 +168,10 @@ def run_scores(results: pa.Table, metric: str, last: int) -> dict[tuple[str, str
 
 
 def training_data(row: dict) -> tuple:
-    """What a run trained on: its documents and the modifiers applied to their text."""
+    """What a run trained on: its token stream's digest (or, in results of an earlier corpus, its documents and the
+    modifiers applied to their text)."""
+    if row.get("data_sha256"):
+        return (row["data_sha256"],)
     modifiers = json.loads(row["selection"]).get("modifiers") if row.get("selection") else None
     return row["documents_sha256"], json.dumps(modifiers)
 
@@ -138,6 +183,61 @@ def limited_by(score: dict) -> str | None:
     return "turned up (overfit)" if score["turned_up"] else None
 
 
+@dataclass(frozen=True)
+class Noise:
+    """The noise of a paired Δ: its seeds' part (a seed's variance over `seeds`), its items' parts (each item
+    column's variance of a per-item difference, its item count, its weight in the metric), and what follows:
+    Δ's variance, its Welch-Satterthwaite degrees of freedom, the items' share."""
+
+    seed_variance: float
+    seeds: int
+    item_parts: tuple[tuple[float, int, float], ...] = ()  # (variance of one item's difference, items, weight)
+
+    def parts(self) -> list[tuple[float, int]]:
+        """Each part's contribution to Δ's variance, with its degrees of freedom."""
+        parts = [(self.seed_variance / self.seeds, self.seeds - 1)]
+        parts += [(variance / items * weight**2, items - 1) for variance, items, weight in self.item_parts]
+        return parts
+
+    @property
+    def variance(self) -> float:
+        return sum(part for part, _ in self.parts())
+
+    @property
+    def freedom(self) -> float:
+        parts = [(part, degrees) for part, degrees in self.parts() if degrees > 0]
+        total = sum(part for part, _ in parts)
+        if total == 0:
+            return float(self.seeds - 1)
+        return total**2 / sum(part**2 / degrees for part, degrees in parts)
+
+    @property
+    def item_share(self) -> float | None:
+        variance = self.variance
+        return (variance - self.seed_variance / self.seeds) / variance if self.item_parts and variance > 0 else None
+
+    def scaled(self, seeds: int, items_factor: float = 1.0) -> Noise:
+        """The same noise with `seeds` seeds and `items_factor` times the items of each column."""
+        parts = tuple((v, max(2, round(n * items_factor)), w) for v, n, w in self.item_parts)
+        return Noise(self.seed_variance, seeds, parts)
+
+
+def difference_noise(seed_differences: np.ndarray, item_differences: list[np.ndarray] | None) -> Noise:
+    """The `Noise` of a paired Δ. `seed_differences`: the metric's paired difference per seed (at least two);
+    `item_differences`: per item column of the metric (`item_columns`), the per-item differences, seeds x items,
+    the columns weighing equally (the metric is their mean), or None for the seeds' noise alone."""
+    parts = []
+    for differences in item_differences or []:
+        per_item = differences.mean(axis=0)
+        if len(per_item) > 1:
+            parts.append((float(per_item.var(ddof=1)), len(per_item), 1 / len(item_differences)))
+    return Noise(float(seed_differences.var(ddof=1)), len(seed_differences), tuple(parts))
+
+
+def _two_sided(confidence: float, comparisons: int) -> float:
+    return 1 - (1 - confidence) / (2 * comparisons)
+
+
 def difference_interval(
     seed_differences: np.ndarray,
     item_differences: list[np.ndarray] | None,
@@ -145,26 +245,25 @@ def difference_interval(
     comparisons: int = 1,
 ) -> tuple[float, float | None]:
     """Half-width of the two-sided t interval of Δ, at `confidence` for `comparisons` intervals at once
-    (Bonferroni), and the items' share of Δ's variance. `seed_differences`: the metric's paired difference per
-    seed; `item_differences`: per item column of the metric (`item_columns`), the per-item differences, seeds x
-    items, the columns weighing equally (the metric is their mean), or None for the seeds' noise alone. nan (and
-    None) under two paired seeds."""
-    seeds = len(seed_differences)
-    if seeds < 2:
+    (Bonferroni), and the items' share of Δ's variance (`difference_noise`). nan (and None) under two seeds."""
+    if len(seed_differences) < 2:
         return float("nan"), None
-    parts = [(float(seed_differences.var(ddof=1)) / seeds, seeds - 1)]  # (variance of Δ, degrees of freedom)
-    for differences in item_differences or []:
-        per_item = differences.mean(axis=0)
-        if len(per_item) > 1:
-            variance = float(per_item.var(ddof=1)) / len(per_item) / len(item_differences) ** 2
-            parts.append((variance, len(per_item) - 1))
-    variance = sum(part for part, _ in parts)
-    share = (variance - parts[0][0]) / variance if len(parts) > 1 and variance > 0 else None
-    if variance == 0:
-        return 0.0, share
-    freedom = variance**2 / sum(part**2 / degrees for part, degrees in parts)  # Welch-Satterthwaite
-    level = 1 - (1 - confidence) / (2 * comparisons)
-    return float(stats.t.ppf(level, freedom) * math.sqrt(variance)), share
+    noise = difference_noise(seed_differences, item_differences)
+    if noise.variance == 0:
+        return 0.0, noise.item_share
+    return float(stats.t.ppf(_two_sided(confidence, comparisons), noise.freedom) * math.sqrt(noise.variance)), (
+        noise.item_share
+    )
+
+
+def minimum_detectable_effect(noise: Noise, confidence: float, comparisons: int = 1, power: float = POWER) -> float:
+    """The smallest |Δ| that the interval of `noise` calls beyond noise with probability `power`: (t at the
+    interval's level + t at the power) x Δ's standard error."""
+    if noise.seeds < 2:
+        return float("nan")
+    freedom = noise.freedom
+    quantiles = stats.t.ppf(_two_sided(confidence, comparisons), freedom) + stats.t.ppf(power, freedom)
+    return float(quantiles * math.sqrt(noise.variance))
 
 
 def signal_to_noise(means: list[float], seed_stds: list[float]) -> float:
@@ -180,39 +279,43 @@ def signal_to_noise(means: list[float], seed_stds: list[float]) -> float:
 def verdict_rows(
     results: pa.Table,
     metrics: list[str] | None = None,
-    last: int = 3,
+    final: float = FINAL_SHARE,
     confidence: float = 0.95,
     decides_at: float = 2.0,
 ) -> list[dict]:
     """One row per model, metric and variant: passes, mean and sample std over seeds, Δ from the baseline with its
-    interval over seeds and items (simultaneous over the variants judged on the metric), the noise it holds
-    (`noise`: "seeds and items", or "seeds" for results without item scores) and the items' share of it, the
-    verdict (one of `VERDICTS`), the metric's signal-to-noise ratio and whether it can decide, and `same_data_as`
-    (an earlier variant that trained on exactly the same documents)."""
+    interval over seeds and items (simultaneous over the variants judged on the metric) and its minimum detectable
+    effect at 80 % power (`mde`), the noise it holds (`noise`: "seeds and items", or "seeds" for results without
+    item scores) and the items' share of it, the verdict (one of `VERDICTS`), the metric's signal-to-noise ratio,
+    whether it can decide (`decides`, and `above_chance`), and `same_data_as` (the variant whose token stream it
+    trained on, when that is another's)."""
     metrics = metrics if metrics is not None else metric_columns(results, DEFAULT_METRICS)
     models = list(dict.fromkeys(results.column("model").to_pylist()))
     variants = list(dict.fromkeys(results.column("variant").to_pylist()))
     rows = []
     for model in models:
         for metric in metrics:
-            scores = run_scores(results.filter(pc.equal(results.column("model"), model)), metric, last)
+            scores = run_scores(results.filter(pc.equal(results.column("model"), model)), metric, final)
             present = [v for v in variants if (model, v) in scores]
             baseline = next((v for v in present if scores[model, v]["baseline"]), present[0])
-            first_with_data: dict[str, str] = {}
+            present.sort(key=lambda v: v != baseline)  # the baseline first: a variant on its data is "same data"
+            first_with_data: dict[tuple, str] = {}
             for variant in present:
                 first_with_data.setdefault(scores[model, variant]["data"], variant)
+            same = {v: first_with_data[scores[model, v]["data"]] for v in present}
             base = scores[model, baseline]
             base_limited = limited_by(base)
             paired = {v: sorted(set(scores[model, v]["values"]) & set(base["values"])) for v in present}
-            judged = [  # the family the confidence holds for: variants with a verdict to give, on other data
+            judged = [  # the family the confidence holds for: variants with a verdict to give, on data of their own
                 v
                 for v in present
                 if v != baseline
                 and base_limited is None
                 and limited_by(scores[model, v]) is None
-                and first_with_data[scores[model, v]["data"]] != first_with_data[base["data"]]
+                and same[v] == v
                 and len(paired[v]) > 1
             ]
+            comparisons = max(len(judged), 1)
             metric_rows = []
             for variant in present:
                 score = scores[model, variant]
@@ -221,11 +324,15 @@ def verdict_rows(
                 differences = np.array([score["values"][s] - base["values"][s] for s in seeds])
                 delta = float(differences.mean()) if len(differences) else float("nan")
                 items = _item_differences(score["items"], base["items"], seeds)
-                half, item_share = difference_interval(differences, items, confidence, max(len(judged), 1))
+                half, item_share = difference_interval(differences, items, confidence, comparisons)
+                noise = difference_noise(differences, items) if len(seeds) > 1 else None
+                mde = minimum_detectable_effect(noise, confidence, comparisons) if noise else float("nan")
                 reason = limited_by(score)
                 limited = reason is not None
                 if variant == baseline:
                     verdict = "data-limited" if limited else "baseline"
+                elif same[variant] != variant:
+                    verdict = "same data"
                 elif limited or base_limited is not None:
                     verdict = "data-limited"
                 elif math.isnan(half):
@@ -234,7 +341,7 @@ def verdict_rows(
                     verdict = "better" if (delta < 0) == lower_is_better(metric) else "worse"
                 else:
                     verdict = "within noise"
-                same = first_with_data[score["data"]]
+                shares = variant == baseline or same[variant] != variant
                 metric_rows.append(
                     {
                         "model": model,
@@ -247,23 +354,55 @@ def verdict_rows(
                         "limited_by": reason or (f"baseline {base_limited}" if base_limited else None),
                         "mean": float(values.mean()),
                         "std": float(values.std(ddof=1)) if len(values) > 1 else float("nan"),
+                        "mean_noise": _mean_noise(score),
+                        "chance": score["chance"],
                         "seeds": len(values),
                         "paired_seeds": len(seeds),
-                        "delta": 0.0 if variant == baseline else delta,
-                        "interval": float("nan") if variant == baseline else half,
+                        "delta": float("nan") if shares else delta,
+                        "interval": float("nan") if shares else half,
+                        "mde": float("nan") if shares else mde,
+                        "noise_parts": None if shares else noise,
+                        "comparisons": comparisons,
                         "noise": "seeds and items" if items else "seeds",
-                        "item_share": None if variant == baseline else item_share,
+                        "item_share": None if shares else item_share,
                         "verdict": verdict,
-                        "same_data_as": same if same != variant else None,
+                        "same_data_as": same[variant] if same[variant] != variant else None,
                     }
                 )
-            eligible = [row for row in metric_rows if not row["data_limited"]]
+            eligible = [row for row in metric_rows if not row["data_limited"] and row["same_data_as"] is None]
             snr = signal_to_noise([row["mean"] for row in eligible], [row["std"] for row in eligible])
+            above = _above_chance(eligible, metric, decides_at)
             for row in metric_rows:
                 row["snr"] = snr
-                row["decides"] = bool(snr >= decides_at)
+                row["above_chance"] = above
+                row["decides"] = bool(snr >= decides_at) and above is not False
             rows += metric_rows
     return rows
+
+
+def _mean_noise(score: dict) -> float:
+    """The standard error of a variant's mean score: its seeds' spread and, where stored, its items' (the mean
+    over seeds of each item's score, its variance over items)."""
+    values = np.array(list(score["values"].values()))
+    variance = float(values.var(ddof=1)) / len(values) if len(values) > 1 else 0.0
+    runs = [items for items in score.get("items", {}).values() if items is not None]
+    if runs:
+        for k in range(len(runs[0])):
+            per_item = np.mean([run[k] for run in runs], axis=0)
+            if len(per_item) > 1:
+                variance += float(per_item.var(ddof=1)) / len(per_item) / len(runs[0]) ** 2
+    return math.sqrt(variance)
+
+
+def _above_chance(rows: list[dict], metric: str, decides_at: float) -> bool | None:
+    """Whether the best variant beats the metric's chance level by more than `decides_at` of its noise; None for a
+    metric with no chance level."""
+    chances = [row["chance"] for row in rows if row["chance"] is not None]
+    if not chances:
+        return None
+    sign = -1 if lower_is_better(metric) else 1
+    return any(sign * (row["mean"] - row["chance"]) > decides_at * row["mean_noise"] for row in rows
+               if row["chance"] is not None)  # fmt: skip
 
 
 def _item_differences(items: dict, base_items: dict, seeds: list[int]) -> list[np.ndarray] | None:
@@ -279,10 +418,11 @@ def _item_differences(items: dict, base_items: dict, seeds: list[int]) -> list[n
 
 def ranking_agreement(rows: list[dict], metric: str) -> list[dict]:
     """For each pair of consecutive model sizes: Kendall's tau between their orderings of the variants on
-    `metric` (variants data-limited in either left out), and whether they pick the same best variant."""
+    `metric` (variants data-limited in either, or on another's data, left out; nan where either ties them all),
+    and whether they pick the same best variant."""
     by_model: dict[str, dict[str, dict]] = {}
     for row in rows:
-        if row["metric"] == metric:
+        if row["metric"] == metric and row["verdict"] != "same data":
             by_model.setdefault(row["model"], {})[row["variant"]] = row
     models = list(by_model)
     sign = 1 if lower_is_better(metric) else -1

@@ -1,28 +1,96 @@
-"""The terminal report of an ablation: per variant and metric, passes, mean ± std, Δ vs the baseline, its
-interval, the verdict and the metric's signal-to-noise (`corpus.lab.verdicts`), then what the metrics can decide."""
+"""The terminal report of an ablation: the variants' data, then per metric each variant's mean, Δ vs the
+baseline, its interval, the smallest Δ the runs could detect, and the verdict (`corpus.lab.verdicts`); then what
+the metrics can decide. Fits 100 columns."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corpus.lab.verdicts import DEFAULT_METRICS, metric_columns, ranking_agreement, verdict_rows
+from corpus.lab.verdicts import (
+    DEFAULT_METRICS,
+    FINAL_SHARE,
+    final_evaluations,
+    lower_is_better,
+    metric_columns,
+    ranking_agreement,
+    verdict_rows,
+)
+
+WIDTH = 100  # columns, where the output is not a terminal
 
 
-def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confidence: float = 0.0) -> int:
-    """Print the verdict table of an ablation (`results.parquet` or its folder) and what it can and cannot decide;
-    0, or 2 after saying what is wrong. `last` and `confidence` default to the job's; `metrics_patterns` is a
+def _number(value: float, signed: bool = False) -> str:
+    return "" if value is None or math.isnan(value) else (f"{value:+.4f}" if signed else f"{value:.4f}")
+
+
+def _verdict(row: dict) -> str:
+    if row["verdict"] == "same data":
+        return f"same data as {row['same_data_as']}"
+    if row["verdict"] == "one seed":
+        return "one seed: no interval"
+    return f"{row['verdict']} ({row['limited_by']})" if row["limited_by"] else row["verdict"]
+
+
+def _decides(row: dict) -> str:
+    if row["above_chance"] is False:
+        return f"cannot decide: at chance ({row['chance']:.2f})"
+    if math.isnan(row["snr"]):
+        return "SNR: fewer than two variants to compare"
+    return f"SNR {row['snr']:.1f}: " + ("can decide" if row["decides"] else "cannot decide (< 2)")
+
+
+def metric_table(rows: list[dict], title: str) -> Table:
+    """One metric's rows: variant, mean ± seed std (seeds), Δ, its interval, the items' share, verdict."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("variant", "mean ± std (n)", "Δ", "interval", "items", "verdict"):
+        table.add_column(column, justify="left" if column in ("variant", "verdict") else "right")
+    for row in rows:
+        std = "" if math.isnan(row["std"]) else f" ± {row['std']:.4f}"
+        table.add_row(
+            row["variant"],
+            f"{row['mean']:.4f}{std} ({row['seeds']})",
+            "" if row["baseline"] else _number(row["delta"], signed=True),
+            f"± {row['interval']:.4f}" if not math.isnan(row["interval"]) and not row["baseline"] else "",
+            "" if row["item_share"] is None else f"{row['item_share']:.0%}",
+            _verdict(row),
+        )
+    return table
+
+
+def _variants_table(rows: list[dict], models: list[str]) -> Table:
+    """Per variant: the tokens it kept and its passes over them per model."""
+    table = Table(title="variants", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("variant")
+    table.add_column("tokens kept", justify="right")
+    for model in models:
+        table.add_column(f"passes {model}" if len(models) > 1 else "passes", justify="right")
+    seen: dict[str, dict[str, float]] = {}
+    kept: dict[str, int] = {}
+    for row in rows:
+        seen.setdefault(row["variant"], {})[row["model"]] = row["passes"]
+        kept[row["variant"]] = row["tokens_kept"]
+    for variant, passes in seen.items():
+        table.add_row(variant, f"{kept[variant]:,}", *(f"{passes.get(m, float('nan')):.2f}" for m in models))
+    return table
+
+
+def print_report(path: Path, metrics_patterns: str = "", final: float = 0.0, confidence: float = 0.0) -> int:
+    """Print the verdicts of an ablation (`results.parquet` or its folder) and what it can and cannot decide;
+    0, or 2 after saying what is wrong. `final` and `confidence` default to the job's; `metrics_patterns` is a
     comma-separated list of column patterns (default: every bits-per-byte and accuracy column)."""
     path = path / "results.parquet" if path.is_dir() else path
     if not path.is_file():
-        saved = len(list((path.parent / "runs").glob("[!_]*.parquet")))
+        saved = len(list((path.parent / "runs").glob("*.parquet")))
         said = (
             f"no results file at {path} yet, and {saved} finished training run(s) in {path.parent / 'runs'}: the "
             "ablation is training, or was stopped; `corpus ablate run JOB` finishes the others and writes it"
@@ -32,8 +100,9 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
         print(f"corpus: {said}", file=sys.stderr)
         return 2
     settings = path.parent / "ablation.json"
-    evaluation = json.loads(settings.read_text()).get("evaluation", {}) if settings.is_file() else {}
-    last = last or evaluation.get("last", 3)
+    summary = json.loads(settings.read_text()) if settings.is_file() else {}
+    evaluation = summary.get("evaluation", {})
+    final = final or evaluation.get("final", FINAL_SHARE)
     confidence = confidence or evaluation.get("confidence", 0.95)
     results = pq.read_table(path)
     missing = {"model", "passes", "max_passes"} - set(results.column_names)
@@ -50,89 +119,108 @@ def print_report(path: Path, metrics_patterns: str = "", last: int = 0, confiden
         known = ", ".join(metric_columns(results))
         print(f"corpus: no metric matches {metrics_patterns!r}; the results have: {known}", file=sys.stderr)
         return 2
-    rows = verdict_rows(results, metrics, last=last, confidence=confidence)
+    rows = verdict_rows(results, metrics, final=final, confidence=confidence)
     models = list(dict.fromkeys(row["model"] for row in rows))
     baseline = next(row["variant"] for row in rows if row["baseline"])
-    runs = results.group_by(["model", "variant", "seed"]).aggregate([("step", "count")])
-    fewest = min(runs.column("step_count").to_pylist())
-    averaged = f"its last {last} evaluations"
-    if last > fewest:  # each score is then the mean of every evaluation, the untrained first ones included
-        averaged = f"all its evaluations (--last {last}; the fewest a run has: {fewest})"
-    table = Table(
-        title=f"{path}\nper run: the mean of {averaged}; Δ vs '{baseline}', paired by seed and item, with its "
-        f"{confidence:.0%} interval over seeds and items (items: their share of its variance), for all the variants "
-        "judged on the metric at once"
+    console = Console(width=None if sys.stdout.isatty() else WIDTH)
+    console.print(escape(f"{path}: {_scoring(results, final, baseline, confidence)}"))
+    console.print(_variants_table([r for r in rows if r["metric"] == metrics[0]], models))
+    judged = [row for row in rows if row["verdict"] != "same data"]
+    for model in models:
+        for metric in metrics:
+            mine = [row for row in judged if row["model"] == model and row["metric"] == metric]
+            direction = "lower" if lower_is_better(metric) else "higher"
+            title = f"{metric} ({direction} is better{', ' + model if len(models) > 1 else ''}) · {_decides(mine[0])}"
+            mde = [row["mde"] for row in mine if not math.isnan(row["mde"]) and not row["data_limited"]]
+            if mde:
+                title += f" · MDE {float(np.median(mde)):.4f}"
+            console.print(metric_table(mine, escape(title)))
+    for line in _findings(rows, summary, metrics, models):
+        console.print(escape(line) if not line.startswith("[") else line)
+    return 0
+
+
+def _scoring(results, final: float, baseline: str, confidence: float) -> str:
+    """How a run's score and a variant's interval are made, in words."""
+    steps = results.group_by(["model", "variant", "seed"]).aggregate([("step", "list")])
+    counts = sorted({final_evaluations(sorted(s), final) for s in steps.column("step_list").to_pylist()})
+    evaluations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return (
+        f"a run's score: the mean of its evaluations in the last {final:.0%} of training ({evaluations} a run, at "
+        f"least 2); Δ vs '{baseline}', paired by seed and item, with its {confidence:.0%} "
+        "interval over seeds and items for all the variants judged on the metric at once; items: their share of "
+        "its variance; MDE: the smallest |Δ| these seeds and items detect with 80 % power (median over variants)"
     )
-    columns = (["model"] if len(models) > 1 else []) + ["metric", "variant", "passes", "mean ± std", "Δ", "interval",
-                                                         "items", "verdict", "SNR"]  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("model", "metric", "variant", "verdict") else "right")
-    for row in rows:
-        interval = "" if row["baseline"] or row["interval"] != row["interval"] else f"± {row['interval']:.4f}"
-        cells = [row["model"]] if len(models) > 1 else []
-        table.add_row(
-            *cells,
-            row["metric"],
-            row["variant"],
-            f"{row['passes']:.2f}",
-            f"{row['mean']:.4f} ± {row['std']:.4f} ({row['seeds']})",
-            "" if row["baseline"] else f"{row['delta']:+.4f}",
-            interval,
-            "" if row["item_share"] is None else f"{row['item_share']:.0%}",
-            f"{row['verdict']} ({row['limited_by']})" if row["limited_by"] else row["verdict"],
-            f"{row['snr']:.1f}",
+
+
+def _findings(rows: list[dict], summary: dict, metrics: list[str], models: list[str]) -> list[str]:
+    """What the tables mean: same data, what can decide, where the noise is, what is data-limited, the ladder."""
+    lines = []
+    same = {row["variant"]: row["same_data_as"] for row in rows if row["same_data_as"]}
+    if same:
+        groups: dict[str, list[str]] = {}
+        for variant, trained in same.items():
+            groups.setdefault(trained, []).append(variant)
+        for trained, variants in groups.items():
+            lines.append(f"same data as {trained} (identical token streams, trained once, no Δ): {', '.join(variants)}")
+    units = [name for name, facts in summary.get("variants", {}).items() if facts.get("unit")]
+    baseline = summary.get("baseline")
+    if units and all(same.get(name) == baseline for name in units):
+        lines.append(
+            f"[yellow]every generated variant trained on {baseline}'s data: on these documents each unit is "
+            'redundant given the others; try [variants] auto = "add_one_in" to see what each does alone'
         )
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
     deciding = sorted({row["metric"] for row in rows if row["decides"]})
-    undecided = sorted({row["metric"] for row in rows if not row["decides"]})
-    console.print(
+    at_chance = sorted({row["metric"] for row in rows if row["above_chance"] is False})
+    undecided = sorted({row["metric"] for row in rows if not row["decides"]} - set(at_chance))
+    lines.append(
         "signal-to-noise (spread between variants / seed std): "
-        + (f"can decide at this scale (≥ 2): {', '.join(deciding)}" if deciding else "no metric reaches 2")
+        + (f"can decide at this scale (≥ 2): {', '.join(deciding)}" if deciding else "no metric can decide")
         + (f"; cannot: {', '.join(undecided)}" if undecided else "")
+        + (f"; at chance, whatever their spread: {', '.join(at_chance)}" if at_chance else "")
     )
-    item_bound = _item_bound(rows)
+    if any(not math.isnan(row["mde"]) and not row["data_limited"] for row in rows):
+        lines.append("`corpus ablate plan JOB --delta D` says what seeds or items a Δ below the MDE needs")
+    item_bound = {m: share for m, share in _median_by_metric(rows, "item_share").items() if share > 0.5}
     if item_bound:
-        console.print(
-            escape(
-                "most of the noise is the items' (median share over the variants): "
-                + ", ".join(f"{metric} ({share:.0%})" for metric, share in item_bound.items())
-                + "; more questions per task ([evaluation] items) or documents per held-out set ([[references]] "
-                "max_tokens) narrow those intervals, more seeds the others"
-            )
+        lines.append(
+            "most of the noise is the items' (median share over the variants): "
+            + ", ".join(f"{metric} ({share:.0%})" for metric, share in item_bound.items())
+            + "; more questions per task ([evaluation] items) or documents per held-out set ([[references]] "
+            "max_tokens) narrow those intervals, more seeds the others"
         )
-    seeds_only = sorted({row["metric"] for row in rows if row["noise"] == "seeds" and not row["baseline"]})
+    seeds_only = sorted({row["metric"] for row in rows if row["noise"] == "seeds" and not row["baseline"]
+                         and row["verdict"] != "same data"})  # fmt: skip
     if seeds_only:
-        console.print(
+        lines.append(
             f"[yellow]no per-item scores for {', '.join(seeds_only)} (results of an older corpus): those intervals "
             "hold the seeds' noise only, not the questions' or documents'; `corpus ablate run JOB` retrains the runs "
             "with them"
         )
     limited = sorted({row["variant"] for row in rows if row["data_limited"]})
     if limited:
-        console.print(
+        lines.append(
             "[yellow]data-limited (more passes over their tokens than allowed, or a held-out metric that turned up: "
             f"it measures repetition, not data): {', '.join(limited)}; rerun with a smaller budget, "
             'tokens = "auto" or a lower max_passes'
         )
-    for variant, same in dict.fromkeys((row["variant"], row["same_data_as"]) for row in rows if row["same_data_as"]):
-        console.print(f"[yellow]{variant} trained on exactly the documents of {same}: its selection changed nothing")
     for metric in metrics if len(models) > 1 else []:
         for pair in ranking_agreement(rows, metric):
             agree = "the same best variant" if pair["same_best"] else f"best {pair['best'][0]} vs {pair['best'][1]}"
-            console.print(
-                f"ladder {pair['models'][0]} → {pair['models'][1]} on {metric}: Kendall tau "
-                f"{pair['kendall_tau']:+.2f} over {pair['variants']} variants, {agree}"
+            tau = pair["kendall_tau"]
+            said = "undefined (one size scores them all alike)" if math.isnan(tau) else f"{tau:+.2f}"
+            lines.append(
+                f"ladder {pair['models'][0]} → {pair['models'][1]} on {metric}: Kendall tau {said} over "
+                f"{pair['variants']} variants, {agree}"
             )
-    return 0
+    return lines
 
 
-def _item_bound(rows: list[dict]) -> dict[str, float]:
-    """The metrics whose intervals are mostly the items' noise (median share over the judged variants above one
-    half), with that share: where more items, not more seeds, narrow them."""
-    shares: dict[str, list[float]] = {}
+def _median_by_metric(rows: list[dict], field: str) -> dict[str, float]:
+    """Per metric, the median of `field` over the variants judged on it (not data-limited, data of their own)."""
+    values: dict[str, list[float]] = {}
     for row in rows:
-        if row["item_share"] is not None and not row["data_limited"]:
-            shares.setdefault(row["metric"], []).append(row["item_share"])
-    medians = {metric: float(np.median(values)) for metric, values in shares.items()}
-    return {metric: share for metric, share in medians.items() if share > 0.5}
+        value = row[field]
+        if value is not None and not math.isnan(value) and not row["data_limited"] and not row["baseline"]:
+            values.setdefault(row["metric"], []).append(value)
+    return {metric: float(np.median(found)) for metric, found in values.items()}

@@ -1,0 +1,93 @@
+"""Training runs as engine tasks: one per distinct token stream, model size and seed.
+
+A run is a `Task` of kind `TRAIN`, run by the engine's runners like a shard: a bounded window in flight on Ray
+(one GPU each where the cluster has GPUs), a progress line, and a marker written after the run's rows, so a killed
+ablation resumes at the first run without one. What every run shares (the reference sets, the tasks' items, each
+run's settings) travels once, in the `TrainingPlan`; a task carries its run's name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from corpus.config.job import RayOptions
+from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder
+from corpus.engine.tasks import Context, Task, kind
+
+TRAIN = "corpus.lab.training_runs:train"
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One run: the token shards it reads (a variant's run folder), the model's and the trainer's settings."""
+
+    data: str
+    model: dict
+    train: dict
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The options every training task of an ablation shares: where runs are written, what they are scored on,
+    and each run's settings by name."""
+
+    output: str
+    references: list
+    tasks: list
+    runs: dict[str, TrainingRun]
+    gpus: bool = False  # the Ray cluster has GPUs: a run asks for one
+    ray: RayOptions = field(default_factory=lambda: RayOptions(max_retries=1))
+
+
+def _resources(plan: TrainingPlan) -> dict:
+    return {"num_gpus": 1, "num_cpus": 1} if plan.gpus else {"num_cpus": plan.ray.num_cpus_per_task}
+
+
+def run_path(name: str) -> str:
+    return f"runs/{name}.parquet"
+
+
+def training_task(name: str, key: str) -> Task:
+    return Task(TRAIN, name, key, f"runs/{name}.json")
+
+
+@kind(TRAIN, resources=_resources)
+def train(plan: TrainingPlan, task: Task, context: Context) -> dict:
+    """Train one run; its evaluation rows go to `runs/<name>.parquet`, its last row's scores into its report."""
+    from corpus.lab.trainer import ModelConfig, TrainOptions, train_language_model
+
+    run = plan.runs[task.id]
+    rows = train_language_model(
+        run.data, plan.references, ModelConfig(**run.model), TrainOptions(**run.train), plan.tasks,
+        on_progress=context.on_progress,
+    )  # fmt: skip
+    table = pa.Table.from_pylist(rows)
+    mfu = table.schema.get_field_index("mfu")
+    table = table.set_column(mfu, "mfu", table.column("mfu").cast(pa.float64()))  # None off CUDA: typed anyway
+    folder = RunFolder(plan.output)
+    with folder.parquet_writer(run_path(task.id), table.schema) as writer:
+        writer.write(table)
+    final = rows[-1]
+    return {
+        "steps": final["step"],
+        "tokens": final["tokens"],
+        "tokens_per_s": final["tokens_per_s"],
+        "scores": {k: v for k, v in final.items() if k.endswith(".bits_per_byte") and isinstance(v, float)},
+    }
+
+
+def token_stream_sha256(run: str) -> str:
+    """The digest of the tokens a run's shards hold, in the order a training run reads them: two variants with
+    the same digest train on the same stream (whatever their selections said), so they are trained once."""
+    folder = RunFolder(run)
+    digest = hashlib.sha256()
+    for file in folder.read_json(TOKEN_MANIFEST)["files"]:
+        for group in range(folder.row_groups(file["path"])):
+            tokens = folder.read_row_group(file["path"], group, ["tokens"]).column("tokens").combine_chunks()
+            digest.update(np.diff(tokens.offsets.to_numpy()).astype(np.int64))  # each document's length
+            digest.update(tokens.values.to_numpy().astype(np.uint32))
+    return digest.hexdigest()
