@@ -650,17 +650,21 @@ def _leave_one_out(tmp_path, quoted_id: str):
     assert sorted(set(results["model"].to_pylist())) == ["d32L1", "wider"]
     # Identical token streams are found before training and trained once: 3 distinct streams x 2 models x 1 seed.
     same = {name: variant["same_data_as"] for name, variant in variants.items()}
-    assert same == {"all": None, "without_language": "all", "without_gopher_quality": "all",
-                    "without_gopher_repetition": "all", "without_dedup_exact": None, "without_modify_c4": None}  # fmt: skip
+    assert same == {
+        "all": None, "without_language": "all", "without_gopher_quality": "all", "without_gopher_repetition": "all",
+        "without_dedup_exact": None, "without_modify_c4": None,
+    }  # fmt: skip
     assert "training: 6 of 6 runs to do (0 done by an earlier run)" in logs
     assert sorted(path.name for path in (tmp_path / "loo" / "runs").glob("*.parquet")) == [
-        f"{v}-{m}-seed0.parquet" for v in ("all", "without_dedup_exact", "without_modify_c4") for m in ("d32L1", "wider")
+        f"{v}-{m}-seed0.parquet"
+        for v in ("all", "without_dedup_exact", "without_modify_c4")
+        for m in ("d32L1", "wider")
     ]
     rows = verdict_rows(results, ["quoted.bits_per_byte"], final=0.5)
     assert len(rows) == 2 * 6
     assert {r["variant"]: r["verdict"] for r in rows if not r["baseline"]} == {
-        "without_language": "same data", "without_gopher_quality": "same data", "without_gopher_repetition": "same data",
-        "without_dedup_exact": "one seed", "without_modify_c4": "one seed",
+        "without_language": "same data", "without_gopher_quality": "same data",
+        "without_gopher_repetition": "same data", "without_dedup_exact": "one seed", "without_modify_c4": "one seed",
     }  # fmt: skip
     shared = [r for r in results.to_pylist() if r["variant"] == "without_language" and r["model"] == "d32L1"]
     trained = [r for r in results.to_pylist() if r["variant"] == "all" and r["model"] == "d32L1"]
