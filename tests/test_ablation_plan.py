@@ -49,8 +49,11 @@ def test_a_job_whose_evaluations_cannot_fill_the_final_window_is_refused_at_load
     job = job.replace('tokens = "auto"', "tokens = 40_960").replace("eval_every = 3 ", "eval_every = 20")
     (tmp_path / "ablation_sample.toml").write_text(job.replace('tasks = ["arc_easy", "piqa", "hellaswag", "sciq"]', ""))
     # 40,960 tokens in batches of 8 x 128: 40 steps, evaluated at 20 and 40; the last 10 % (36-40) holds one.
-    with pytest.raises(JobError, match=r"model d64L2: \[evaluation\] final = 0.1 scores a run by its evaluations in "
-                                       r"its last 10% of 40 steps \(from step 36\), and eval_every = 20 leaves 1 there"):  # fmt: skip
+    refused = (
+        r"model d64L2: \[evaluation\] final = 0.1 scores a run by its evaluations in its last 10% of 40 steps "
+        r"\(from step 36\), and eval_every = 20 leaves 1 there"
+    )
+    with pytest.raises(JobError, match=refused):
         load_ablation(tmp_path / "ablation_sample.toml")
 
 
