@@ -68,7 +68,8 @@ def test_scored_nats_equal_a_plain_forward_pass_per_sequence():
     torch = pytest.importorskip("torch")
     from torch.nn import functional as F
 
-    from corpus.lab.trainer import LanguageModel, ModelConfig, continuation_nats
+    from corpus.lab.models import LanguageModel, ModelConfig
+    from corpus.lab.trainer import continuation_nats
 
     torch.manual_seed(0)
     model = LanguageModel(ModelConfig(vocab_size=97, seq_len=16, d_model=16, n_layers=1, n_heads=2))

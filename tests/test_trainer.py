@@ -19,9 +19,8 @@ from corpus.sample.generate import SAMPLE_PATH
 
 torch = pytest.importorskip("torch", reason="the trainer needs the `ablation` extra (torch)")
 
+from corpus.lab.models import LanguageModel, ModelConfig  # noqa: E402
 from corpus.lab.trainer import (  # noqa: E402
-    LanguageModel,
-    ModelConfig,
     ReferenceSet,
     TrainOptions,
     evaluate,
@@ -116,3 +115,34 @@ print(sorted(m for m in sys.modules if m.startswith("corpus")))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "corpus.engine.run'" not in done.stdout and "corpus.config.job" not in done.stdout
+
+
+def test_the_ladder_sizes_are_olmo_cores_with_their_published_shapes():
+    # DataDecide's smallest rungs: widths, depths and heads as OLMo-core defines them, so results compare with theirs.
+    shapes = {"olmo2_1M": (12, 4, 4), "olmo2_14M": (128, 4, 8), "olmo2_30M": (256, 4, 8)}
+    for size, (width, depth, heads) in shapes.items():
+        model = LanguageModel(ModelConfig(vocab_size=50_280, seq_len=64, size=size))
+        attention = model.transformer.blocks["0"].attention
+        assert (model.shape["d_model"], model.shape["n_layers"], attention.n_heads) == (width, depth, heads), size
+    # With OLMo 2's 50,280-token vocabulary (embeddings and output untied) the 14M rung holds 14.0M parameters.
+    assert LanguageModel(ModelConfig(vocab_size=50_280, size="olmo2_14M")).parameter_count() == pytest.approx(
+        14.0e6, rel=0.05
+    )
+    # A shape of the job's own gets OLMo 2's blocks too: reordered norms and QK norm.
+    own = LanguageModel(ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4))
+    assert own.transformer.blocks["0"].attention.q_norm is not None
+    # The seed initialises the weights: two seeds differ, one seed twice does not.
+    first, again, other = (LanguageModel(CONFIG, seed) for seed in (0, 0, 1))
+    assert torch.equal(first.transformer.embeddings.weight, again.transformer.embeddings.weight)
+    assert not torch.equal(first.transformer.embeddings.weight, other.transformer.embeddings.weight)
+    with pytest.raises(ValueError, match="not one of OLMo 2's ladder"):
+        LanguageModel(ModelConfig(vocab_size=512, size="olmo2_15M"))
+
+
+def test_a_ladder_size_trains_on_the_shards(shards_and_reference):
+    run, reference = shards_and_reference
+    config = ModelConfig(vocab_size=512, seq_len=64, size="olmo2_1M")
+    rows = train_language_model(run, [reference], config, TrainOptions(steps=20, eval_every=10, warmup=2))
+    assert [row["step"] for row in rows] == [10, 20]
+    assert rows[-1]["parameters"] == LanguageModel(config).parameter_count()
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"] < math.log(512) + 0.5

@@ -28,6 +28,11 @@ from corpus.stages.options import StageOptions, repeated
 from corpus.stages.tokenize import END_OF_TEXT, MIN_VOCABULARY, TextTokenizer, TokenizerError
 
 AUTO_VARIANTS = ("leave_one_out", "add_one_in")
+# OLMo 2's model ladder, as OLMo-core defines it (`TransformerConfig.olmo2_1M` ...) and DataDecide trained it
+LADDER = (
+    "olmo2_1M", "olmo2_14M", "olmo2_30M", "olmo2_60M", "olmo2_100M", "olmo2_190M", "olmo2_370M", "olmo2_600M",
+    "olmo2_760M", "olmo2_1B",
+)  # fmt: skip
 
 
 class TokenizerOptions(StageOptions):
@@ -37,25 +42,41 @@ class TokenizerOptions(StageOptions):
 
 
 class ModelOptions(StageOptions):
-    name: str = Field("", pattern=r"^[A-Za-z0-9_.]*$", description="the model's name in results; empty = d<width>L<n>")
+    size: str = Field(
+        "", description="a size of OLMo 2's ladder (olmo2_1M, olmo2_14M, ... olmo2_1B); empty = the shape below"
+    )
+    name: str = Field("", pattern=r"^[A-Za-z0-9_.]*$", description="the model's name in results; default its size")
     d_model: int = Field(128, ge=8)
     n_layers: int = Field(2, ge=1)
     n_heads: int = Field(4, ge=1)
     seq_len: int = Field(256, ge=8, description="training sequence length (tokens)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _named_size(cls, data: Any) -> Any:
+        """`model = "olmo2_14M"`: a ladder size alone."""
+        return {"size": data} if isinstance(data, str) else data
+
     @model_validator(mode="after")
-    def _heads_divide(self) -> ModelOptions:
+    def _shape(self) -> ModelOptions:
+        if self.size and self.size not in LADDER:
+            raise ValueError(f"size {self.size!r} is not one of OLMo 2's ladder: {', '.join(LADDER)}")
+        shaped = {"d_model", "n_layers", "n_heads"} & self.model_fields_set
+        if self.size and shaped:
+            raise ValueError(f"size = {self.size!r} fixes the shape; drop {', '.join(sorted(shaped))} (or the size)")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model = {self.d_model} is not a multiple of n_heads = {self.n_heads}")
         return self
 
     @property
     def label(self) -> str:
-        return self.name or f"d{self.d_model}L{self.n_layers}"
+        return self.name or self.size or f"d{self.d_model}L{self.n_layers}"
 
     def config(self, vocab_size: int) -> dict:
-        """`corpus.lab.trainer.ModelConfig`'s arguments."""
-        return {**self.model_dump(exclude={"name"}), "vocab_size": vocab_size}
+        """`corpus.lab.models.ModelConfig`'s arguments."""
+        if self.size:
+            return {"size": self.size, "seq_len": self.seq_len, "vocab_size": vocab_size}
+        return {**self.model_dump(exclude={"name", "size"}), "vocab_size": vocab_size}
 
 
 class TrainingOptions(StageOptions):

@@ -29,7 +29,7 @@ def measured_tokens_per_s(model: dict, batch_size: int, threads: int, steps: int
     import torch
     from torch.nn import functional as F
 
-    from corpus.lab.trainer import LanguageModel, ModelConfig
+    from corpus.lab.models import LanguageModel, ModelConfig
 
     config = ModelConfig(**model)
     previous = torch.get_num_threads()
@@ -54,7 +54,7 @@ def measured_tokens_per_s(model: dict, batch_size: int, threads: int, steps: int
 
 
 def flops_per_token(model: dict) -> int:
-    from corpus.lab.trainer import LanguageModel, ModelConfig
+    from corpus.lab.models import LanguageModel, ModelConfig
 
     return LanguageModel(ModelConfig(**model)).flops_per_token()
 

@@ -1,4 +1,4 @@
-"""A small decoder-only language model trained on a run's token shards: the measuring instrument of ablations.
+"""Training a small decoder (`corpus.lab.models`: OLMo-core's) on a run's token shards, and scoring it.
 
 `train_language_model(run, references, model, options)` streams the run's shards (`TokenStream`, seeded shuffle),
 trains with AdamW, linear warmup then cosine decay and gradient clipping (bf16 autocast on CUDA), and scores held-out
@@ -25,17 +25,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from corpus.lab.downstream import ITEMS, TaskSet, task_scores
+from corpus.lab.models import LanguageModel, ModelConfig
 from corpus.lab.token_stream import TokenStream
 from corpus.memory import keep_freed_memory
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int
-    seq_len: int = 256
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
 
 
 @dataclass(frozen=True)
@@ -69,65 +61,6 @@ class ReferenceSet:
     text_bytes: int
 
 
-class Block(nn.Module):
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.heads = config.n_heads
-        self.norm1, self.norm2 = nn.LayerNorm(config.d_model), nn.LayerNorm(config.d_model)
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
-        self.out = nn.Linear(config.d_model, config.d_model, bias=False)
-        self.mlp = nn.Sequential(
-            nn.Linear(config.d_model, 4 * config.d_model, bias=False),
-            nn.GELU(),
-            nn.Linear(4 * config.d_model, config.d_model, bias=False),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, width = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.out(attended.transpose(1, 2).reshape(batch, length, width))
-        return x + self.mlp(self.norm2(x))
-
-
-class LanguageModel(nn.Module):
-    """GPT-2-shaped: token and position embeddings, pre-norm blocks, tied output embedding."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.config = config
-        self.tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.positions = nn.Embedding(config.seq_len, config.d_model)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.norm = nn.LayerNorm(config.d_model)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
-
-    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The final normalised states, before the output layer (scoring projects only the positions it needs)."""
-        x = self.tokens(tokens) + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.norm(x)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.hidden(tokens) @ self.tokens.weight.T
-
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 per matmul weight (the tied embedding counts once, as the output layer; the
-        position table is a lookup) plus causal attention's 12 x layers x width x length."""
-        config = self.config
-        matmul = self.parameter_count() - self.positions.weight.numel()
-        return 6 * matmul + 12 * config.n_layers * config.d_model * config.seq_len
-
-
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
@@ -154,8 +87,7 @@ def _learning_rate(step: int, options: TrainOptions) -> float:
 def scored_nats(model: LanguageModel, sequences: list[np.ndarray], scored: list[int], device: torch.device,
                 batch_size: int = 0) -> np.ndarray:  # fmt: skip
     """Per sequence (at most `seq_len + 1` tokens), the negative log-likelihood in nats of its last `scored[i]`
-    tokens given those before. Sequences of similar length are batched, padded on the right (causal: no effect),
-    and only the scored positions go through the output layer."""
+    tokens given those before. Sequences of similar length are batched, padded on the right (causal: no effect)."""
     model.eval()
     batch_size = batch_size or (64 if device.type == "cuda" else 4)  # small batches stay in a CPU's cache
     nats = np.zeros(len(sequences))
@@ -170,8 +102,8 @@ def scored_nats(model: LanguageModel, sequences: list[np.ndarray], scored: list[
             tokens[row, :end] = torch.tensor(sequences[i])  # a copy: arrays from Ray are read-only
             mask[row, end - 1 - scored[i] : end - 1] = True  # the targets that are scored
         tokens, mask = tokens.to(device), mask.to(device)
-        states = model.hidden(tokens[:, :-1])[mask]
-        losses = F.cross_entropy((states @ model.tokens.weight.T).float(), tokens[:, 1:][mask], reduction="none")
+        logits = model(tokens[:, :-1])[mask]
+        losses = F.cross_entropy(logits.float(), tokens[:, 1:][mask], reduction="none")
         owner = torch.arange(len(rows), device=device)[:, None].expand_as(mask)[mask]
         per_row = torch.zeros(len(rows), device=device).index_add_(0, owner, losses)
         nats[rows] = per_row.cpu().numpy()
@@ -268,7 +200,7 @@ def train_language_model(
     device = _device(options.device)
     if device.type == "cpu":  # a step frees and allocates its activations: 6.1k -> 9.3k tokens/s kept (0.6M params)
         keep_freed_memory(1024 * 1024 * 1024)
-    model = LanguageModel(config).to(device)
+    model = LanguageModel(config, options.seed, device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(

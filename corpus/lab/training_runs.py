@@ -58,7 +58,8 @@ def training_task(name: str, key: str) -> Task:
 @kind(TRAIN, resources=_resources)
 def train(plan: TrainingPlan, task: Task, context: Context) -> dict:
     """Train one run; its evaluation rows go to `runs/<name>.parquet`, its last row's scores into its report."""
-    from corpus.lab.trainer import ModelConfig, TrainOptions, train_language_model
+    from corpus.lab.models import ModelConfig
+    from corpus.lab.trainer import TrainOptions, train_language_model
 
     run = plan.runs[task.id]
     rows = train_language_model(
