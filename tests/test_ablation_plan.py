@@ -34,6 +34,9 @@ def test_a_run_is_scored_by_its_evaluations_in_the_final_share_of_training():
     assert final_evaluations([10, 20, 30], 0.1) == 2
     assert final_evaluations([10], 0.1) == 1  # a run evaluated once has only that
     assert final_window_problem(300, 10, 0.1) is None
+    assert final_window_problem(1, 1, 1.0) == (
+        "a run of 1 step is evaluated once; give [train] tokens for two steps or more"
+    )
     assert final_window_problem(30, 10, 0.1) == (
         "[evaluation] final = 0.1 scores a run by its evaluations in its last 10% of 30 steps (from step 27), and "
         "eval_every = 10 leaves 1 there; set [train] eval_every to at most 1 or raise [evaluation] final"

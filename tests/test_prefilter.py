@@ -217,7 +217,7 @@ def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extractio
     heldout = tmp_path / "heldout.jsonl"
     heldout.write_text('{"text": "A held-out sentence about rivers and the towns along them."}\n')
     ablation = tmp_path / "ablation.toml"
-    common = f'name = "a"\ndocuments = "{documents.name}"\noutput = "out"\n[train]\ntokens = 1000\n'
+    common = f'name = "a"\ndocuments = "{documents.name}"\noutput = "out"\n[train]\ntokens = 40960\neval_every = 1\n'
     common += f'[[references]]\nname = "h"\npath = "{heldout}"\n'
     ablation.write_text(common + '[variants]\nauto = "leave_one_out"\n')
     assert sorted(load_ablation(ablation).variants) == ["all", "without_language"]  # no without_url

@@ -286,8 +286,8 @@ def test_an_ablation_selects_and_trains_from_a_documents_run_in_s3(s3_bucket, tm
     (tmp_path / "micro.toml").write_text(
         'name = "micro"\ndocuments = "documents.toml"\noutput = "ablation"\nseeds = [0]\nbaseline = "all"\n'
         "[tokenizer]\nvocab_size = 512\n[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\nseq_len = 32\n"
-        "[train]\ntokens = 4096\nbatch_size = 8\nwarmup = 4\neval_every = 16\n"
-        f'[[references]]\nname = "heldout"\npath = "{heldout}"\n[evaluation]\ntasks = []\n'
+        "[train]\ntokens = 4096\nbatch_size = 8\nwarmup = 4\neval_every = 8\n"
+        f'[[references]]\nname = "heldout"\npath = "{heldout}"\n[evaluation]\ntasks = []\nfinal = 0.5\n'
         '[variants.all]\nselect = { rules = [] }\n[variants.filtered]\ndedup = { steps = ["exact"] }\n'
     )
     run_job(load_job(tmp_path / "documents.toml"), use_ray=False)

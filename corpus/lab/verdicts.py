@@ -84,6 +84,8 @@ def final_evaluations(steps: list[int], final: float) -> int:
 def final_window_problem(steps: int, eval_every: int, final: float) -> str | None:
     """What is wrong when runs of `steps` evaluated every `eval_every` have fewer than two evaluations in their
     final `final` share of training; None when they have two."""
+    if steps < 2:
+        return f"a run of {steps} step is evaluated once; give [train] tokens for two steps or more"
     evaluated = evaluation_steps(steps, eval_every)
     start = (1 - final) * steps
     inside = [step for step in evaluated if step >= start - 1e-9]
