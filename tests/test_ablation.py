@@ -209,6 +209,24 @@ def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_mi
         assert _losses(after, run) == _losses(before, run)
 
 
+def test_ctrl_c_while_training_says_how_many_runs_are_complete(micro):
+    from corpus.engine.tasks import INTERRUPTED
+    from corpus.lab.ablation import TrainingInterrupted, prepare_ablation, train_runs
+
+    folder, ablation, _, _, _ = micro
+    prepared = prepare_ablation(ablation, use_ray=False, log=lambda line: None)
+    marker = folder / "ablation" / "runs" / "filtered-d32L1-seed1.json"
+    saved = marker.read_bytes()
+    marker.unlink()  # one run left to do
+    INTERRUPTED.set()  # as the command line's Ctrl-C handler does
+    try:
+        with pytest.raises(TrainingInterrupted, match="3 of 4 training runs complete"):
+            train_runs(prepared, use_ray=False, log=lambda line: None)
+    finally:
+        INTERRUPTED.clear()
+        marker.write_bytes(saved)
+
+
 def test_an_ablation_goes_on_from_a_complete_documents_run_whose_crawl_is_gone(micro):
     # Signals once, select many: the crawl deleted after extraction, the ablation selects over the stored signals.
     folder = micro[0]
@@ -443,6 +461,26 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
     assert row["delta"] == pytest.approx(-0.1) and row["item_share"] == pytest.approx(1.0)  # the seeds agree
     freedom = (t1_part + t2_part) ** 2 / (t1_part**2 / 1 + t2_part**2 / 2)
     assert row["interval"] == pytest.approx(stats.t.ppf(0.975, freedom) * math.sqrt(t1_part + t2_part), rel=1e-6)
+
+
+def test_a_leave_one_out_whose_every_variant_is_the_baselines_data_says_so(tmp_path, capsys):
+    from corpus.cli import main
+
+    runs = {"all": [[3.0], [3.1]], "without_a": [[3.0], [3.1]], "without_b": [[3.0], [3.1]]}
+    results = _results(runs)
+    results = results.append_column("data_sha256", pa.array(["one stream"] * results.num_rows))
+    units = {"without_a": {"unit": "a"}, "without_b": {"unit": "b"}, "all": {}}
+    results = results.set_column(results.schema.get_field_index("baseline"), "baseline",
+                                 pa.array([v == "all" for v in results.column("variant").to_pylist()]))  # fmt: skip
+    pq.write_table(results, tmp_path / "results.parquet")
+    (tmp_path / "ablation.json").write_text(json.dumps({"baseline": "all", "variants": units}))
+    assert main(["ablate", "report", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "same data as all (identical token streams, trained once, no Δ): without_a, without_b" in out
+    assert (
+        "every generated variant trained on all's data: on these documents each unit is redundant given the "
+        'others; try [variants] auto = "add_one_in" to see what each does alone'
+    ) in out
 
 
 def test_the_interval_over_seeds_and_items_covers_the_true_difference_as_often_as_it_says():

@@ -27,6 +27,7 @@ from corpus.lab.verdicts import (
 )
 
 WIDTH = 100  # columns, where the output is not a terminal
+WARNING = "warning: "  # a finding printed in yellow (without this prefix)
 
 
 def _number(value: float, signed: bool = False) -> str:
@@ -136,7 +137,8 @@ def print_report(path: Path, metrics_patterns: str = "", final: float = 0.0, con
                 title += f" · MDE {float(np.median(mde)):.4f}"
             console.print(metric_table(mine, escape(title)))
     for line in _findings(rows, summary, metrics, models):
-        console.print(escape(line) if not line.startswith("[") else line)
+        warning = line.startswith(WARNING)
+        console.print(escape(line.removeprefix(WARNING)), style="yellow" if warning else None)
     return 0
 
 
@@ -167,7 +169,7 @@ def _findings(rows: list[dict], summary: dict, metrics: list[str], models: list[
     baseline = summary.get("baseline")
     if units and all(same.get(name) == baseline for name in units):
         lines.append(
-            f"[yellow]every generated variant trained on {baseline}'s data: on these documents each unit is "
+            WARNING + f"every generated variant trained on {baseline}'s data: on these documents each unit is "
             'redundant given the others; try [variants] auto = "add_one_in" to see what each does alone'
         )
     deciding = sorted({row["metric"] for row in rows if row["decides"]})
@@ -193,14 +195,14 @@ def _findings(rows: list[dict], summary: dict, metrics: list[str], models: list[
                          and row["verdict"] != "same data"})  # fmt: skip
     if seeds_only:
         lines.append(
-            f"[yellow]no per-item scores for {', '.join(seeds_only)} (results of an older corpus): those intervals "
+            WARNING + f"no per-item scores for {', '.join(seeds_only)} (results of an older corpus): those intervals "
             "hold the seeds' noise only, not the questions' or documents'; `corpus ablate run JOB` retrains the runs "
             "with them"
         )
     limited = sorted({row["variant"] for row in rows if row["data_limited"]})
     if limited:
         lines.append(
-            "[yellow]data-limited (more passes over their tokens than allowed, or a held-out metric that turned up: "
+            WARNING + "data-limited (more passes over their tokens than allowed, or a held-out metric that turned up: "
             f"it measures repetition, not data): {', '.join(limited)}; rerun with a smaller budget, "
             'tokens = "auto" or a lower max_passes'
         )
