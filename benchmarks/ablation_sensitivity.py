@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from corpus.stages.tokenize import train_tokenizer
-from real_documents import SHARED, wikitext_articles
+from real_documents import SHARED, article_pieces, wikitext_articles
 
 from corpus.config.ablation import load_ablation
 from corpus.lab.ablation import run_ablation
@@ -77,18 +77,10 @@ RULES = {
 }  # fmt: skip
 
 
-def documents(words: int = 150) -> list[str]:
-    """WikiText-2's validation articles in pieces of at least `words` words, cut at line ends."""
-    pieces = []
-    for article in wikitext_articles(SHARED / "text-wikitext2" / "valid.txt"):
-        lines, count = [], 0
-        for line in article.splitlines():
-            lines.append(line)
-            count += len(line.split())
-            if count >= words:
-                pieces.append("\n".join(lines))
-                lines, count = [], 0
-    return pieces
+def documents() -> list[str]:
+    """WikiText-2's validation articles in pieces of at least 150 words, cut at line ends."""
+    articles = wikitext_articles(SHARED / "text-wikitext2" / "valid.txt")
+    return [piece for article in articles for piece in article_pieces(article, 150) if len(piece.split()) >= 150]
 
 
 def junk(kind: str, clean: list[str], rng: random.Random) -> str:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import real_documents
-from real_documents import SHARED, html_pages, wikitext_articles
+from real_documents import SHARED, article_pieces, html_pages, wikitext_articles
 
 from corpus.cli import main
 from corpus.config.ablation import load_ablation
@@ -43,18 +43,6 @@ JOB = ROOT / "jobs" / "ablation_shared.toml"
 def _jsonl(path: Path, texts: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
-
-
-def _pieces(article: str, words: int = 300) -> list[str]:
-    """An article cut at paragraph ends into pieces of at least `words` words (the last may be shorter)."""
-    pieces, lines, count = [], [], 0
-    for line in article.splitlines():
-        lines.append(line)
-        count += len(line.split())
-        if count >= words:
-            pieces.append("\n".join(lines))
-            lines, count = [], 0
-    return pieces + (["\n".join(lines)] if lines else [])
 
 
 def pack_pages(shared: Path) -> dict[str, int]:
@@ -105,7 +93,9 @@ def prepare(shared: Path) -> None:
     # Reference-quality prose: WikiText-2 validation articles in ~300-word pieces, and the public-domain speeches
     # (State of the Union, inaugural addresses) in 500-word pieces. None of it is a reference set here.
     reference = [
-        piece for article in wikitext_articles(shared / "text-wikitext2" / "valid.txt") for piece in _pieces(article)
+        piece
+        for article in wikitext_articles(shared / "text-wikitext2" / "valid.txt")
+        for piece in article_pieces(article)
     ]
     reference += [row["text"] for row in pages if row["id"].startswith(("state_union.zip/", "inaugural.zip/"))]
     report = train(reference, crawl, str(WORK / "quality.bin"), TrainOptions(bucket=200_000))

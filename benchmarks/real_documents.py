@@ -56,6 +56,18 @@ def wikitext_articles(path: Path) -> list[str]:
     return articles + ["\n".join(lines)]
 
 
+def article_pieces(article: str, words: int = 300) -> list[str]:
+    """An article cut at paragraph ends into pieces of at least `words` words (the last may be shorter)."""
+    pieces, lines, count = [], [], 0
+    for line in article.splitlines():
+        lines.append(line)
+        count += len(line.split())
+        if count >= words:
+            pieces.append("\n".join(lines))
+            lines, count = [], 0
+    return pieces + (["\n".join(lines)] if lines else [])
+
+
 def html_pages(shared: Path) -> list[tuple[str, bytes, str | None]]:
     """(id, html bytes, url) of the real HTML pages in the evaluation sets."""
     pages = []

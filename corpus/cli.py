@@ -250,17 +250,6 @@ def _at_least(least: int):
     return whole
 
 
-def _confidence(text: str) -> float:
-    """argparse type: 0 (the job's) or a probability below 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be a probability below 1 such as 0.95 (0: the job's), got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corpus", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -318,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
     inspect.set_defaults(handler=inspect_command)
 
-    add_ablate_commands(commands, _confidence)
+    add_ablate_commands(commands)
 
     sample = commands.add_parser("sample", help="write the embedded sample WARC (deterministic)")
     sample.add_argument("--out", required=True, help="path of the .warc.gz to write")

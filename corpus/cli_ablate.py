@@ -84,28 +84,27 @@ def _ablate_report(args: argparse.Namespace) -> int:
     return print_report(Path(args.results), args.metrics, args.final, args.confidence)
 
 
-def _share(text: str) -> float:
-    """argparse type: 0 (the job's) or a share of training above 0 and at most 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a share of training such as 0.1 (0: the job's), got {value}")
-    return value
+def _number(accepted, wanted: str):
+    """argparse type: a number for which `accepted(value)` holds; otherwise it says the number must be `wanted`."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not accepted(value):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {value}")
+        return value
+
+    return number
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
-    return value
+CONFIDENCE = _number(lambda value: 0 <= value < 1, "a probability below 1 such as 0.95 (0: the job's)")
+SHARE = _number(lambda value: 0 <= value <= 1, "a share of training such as 0.1 (0: the job's)")
+POSITIVE = _number(lambda value: value > 0, "above 0")
 
 
-def add_ablate_commands(commands, confidence_type) -> None:
+def add_ablate_commands(commands) -> None:
     """The `ablate` subcommands, added to the command line's subparsers."""
     ablate = commands.add_parser("ablate", help="train a small model per variant of the rules, and compare")
     ablate_commands = ablate.add_subparsers(dest="ablate_command", required=True)
@@ -120,7 +119,7 @@ def add_ablate_commands(commands, confidence_type) -> None:
     plan.add_argument("job", help="an ablation TOML file")
     plan.add_argument("--output", help="output folder (overrides the file's `output`)")
     plan.add_argument("--no-ray", action="store_true", help="select the variants in this process")
-    plan.add_argument("--delta", type=_positive, help="a Δ to detect: the seeds or items it needs, per metric")
+    plan.add_argument("--delta", type=POSITIVE, help="a Δ to detect: the seeds or items it needs, per metric")
     plan.add_argument(
         "--pilot", help="an earlier ablation's folder or results.parquet whose noise to plan from (default: this "
         "job's own results, when it has run)"
@@ -134,8 +133,8 @@ def add_ablate_commands(commands, confidence_type) -> None:
         "--metrics", default="", help="comma-separated patterns of metric columns (default: *.bits_per_byte,*.accuracy)"
     )
     report.add_argument(
-        "--final", type=_share, default=0.0, help="the share of training whose evaluations score a run (default: "
+        "--final", type=SHARE, default=0.0, help="the share of training whose evaluations score a run (default: "
         "the job's)"
     )  # fmt: skip
-    report.add_argument("--confidence", type=confidence_type, default=0.0, help="of the interval (default: the job's)")
+    report.add_argument("--confidence", type=CONFIDENCE, default=0.0, help="of the interval (default: the job's)")
     report.set_defaults(handler=_ablate_report)
