@@ -15,7 +15,8 @@ from corpus.engine.tasks import INTERRUPTED
 def _ablate_run(args: argparse.Namespace) -> int:
     from corpus.cli import stop_on_signal
     from corpus.config.ablation import load_ablation
-    from corpus.lab.ablation import TrainingInterrupted, run_ablation
+    from corpus.lab.ablation import run_ablation
+    from corpus.lab.training_runs import TrainingInterrupted
 
     INTERRUPTED.clear()
     handlers = {number: signal.signal(number, stop_on_signal) for number in (signal.SIGINT, signal.SIGTERM)}

@@ -211,7 +211,8 @@ def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_mi
 
 def test_ctrl_c_while_training_says_how_many_runs_are_complete(micro):
     from corpus.engine.tasks import INTERRUPTED
-    from corpus.lab.ablation import TrainingInterrupted, prepare_ablation, train_runs
+    from corpus.lab.ablation import prepare_ablation
+    from corpus.lab.training_runs import TrainingInterrupted, train_runs
 
     folder, ablation, _, _, _ = micro
     prepared = prepare_ablation(ablation, use_ray=False, log=lambda line: None)
@@ -221,7 +222,7 @@ def test_ctrl_c_while_training_says_how_many_runs_are_complete(micro):
     INTERRUPTED.set()  # as the command line's Ctrl-C handler does
     try:
         with pytest.raises(TrainingInterrupted, match="3 of 4 training runs complete"):
-            train_runs(prepared, use_ray=False, log=lambda line: None)
+            train_runs(prepared.plan, prepared.tasks, use_ray=False, log=lambda line: None)
     finally:
         INTERRUPTED.clear()
         marker.write_bytes(saved)

@@ -42,7 +42,16 @@ from corpus.engine.run_folder import RunFolder
 from corpus.engine.tasks import Task
 from corpus.lab.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task
-from corpus.lab.training_runs import TrainingPlan, TrainingRun, run_path, token_stream_sha256, training_task
+from corpus.lab.training_runs import (
+    TrainingPlan,
+    TrainingRun,
+    cluster_has_gpus,
+    run_path,
+    same_data_groups,
+    token_stream_sha256,
+    train_runs,
+    training_task,
+)
 from corpus.lab.verdicts import final_window_problem
 from corpus.rulebook import content_sha256, load_once
 from corpus.stages.tokenize import TextTokenizer
@@ -278,15 +287,6 @@ def _plan_budget(ablation: Ablation, selected: dict, summary: dict, log) -> dict
     return steps
 
 
-def same_data_groups(streams: dict[str, str], baseline: str) -> dict[str, str]:
-    """Each variant -> the variant whose run it shares: the first (the baseline before all) with the same token
-    stream digest."""
-    first: dict[str, str] = {}
-    for name in sorted(streams, key=lambda name: name != baseline):
-        first.setdefault(streams[name], name)
-    return {name: first[streams[name]] for name in streams}
-
-
 @dataclass
 class PreparedAblation:
     """Everything up to training: the variants' token shards, their budget, and the training runs to do."""
@@ -369,63 +369,11 @@ def prepare_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> Pre
                 settings = [streams[name], runs[run].model, runs[run].train,
                             [r.model_dump() for r in ablation.spec.references], evaluation, SCORES_VERSION]  # fmt: skip
                 keys[run] = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    plan = TrainingPlan(ablation.output, references, tasks, runs, gpus=_cluster_has_gpus(ablation, use_ray),
-                        ray=RayOptions(num_cpus_per_task=ablation.spec.train.threads, max_retries=1))  # fmt: skip
-    tasks_ = [training_task(run, keys[run]) for run in runs]
-    return PreparedAblation(summary, plan, tasks_, members, provenance, steps, run_of)
-
-
-def _cluster_has_gpus(ablation: Ablation, use_ray: bool) -> bool:
-    if not use_ray or ablation.spec.train.device == "cpu":
-        return False
-    import ray
-
-    from corpus.engine import ensure_ray
-
-    ensure_ray()
-    return ray.cluster_resources().get("GPU", 0) > 0
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C while training: how many runs are complete, for the resume message."""
-
-    def __init__(self, complete: int, planned: int):
-        super().__init__(f"{complete} of {planned} training runs complete")
-        self.complete, self.planned = complete, planned
-
-
-def train_runs(prepared: PreparedAblation, use_ray: bool, log) -> dict[str, str]:
-    """Every training run not done by an earlier run, through the engine's runners; returns failures by run."""
-    from corpus.engine.progress import RunProgress
-    from corpus.engine.run import Runners
-    from corpus.engine.tasks import run_phase
-
-    plan, tasks = prepared.plan, prepared.tasks
-    folder = RunFolder(plan.output)
-    todo = [task for task in tasks if folder.done(task.marker, task.key) is None]
-    log(f"training: {len(todo)} of {len(tasks)} runs to do ({len(tasks) - len(todo)} done by an earlier run)")
-    runners = Runners(plan, use_ray)
-    runner = runners.pick(needs_workers=bool(todo))
-    progress = RunProgress(len(tasks), len(tasks) - len(todo), where=runners.where(runner), unit="training run",
-                           counts=("steps", "tokens"))  # fmt: skip
-    runners.progress = progress
-    failed: dict[str, str] = {}
-
-    def finished(task: Task, report: dict | None, error: str | None) -> None:
-        progress.shard_finished(task.id, error)
-        if report is not None:
-            scores = ", ".join(f"{name.removesuffix('.bits_per_byte')} {value:.4f}"
-                               for name, value in report["scores"].items())  # fmt: skip
-            log(f"  {task.id}: {report['tokens']:,} tokens, {report['tokens_per_s']:,.0f} tokens/s, bits/byte {scores}")
-
-    try:
-        run_phase(runner, plan, todo, failed, finished)
-    except KeyboardInterrupt:
-        complete = sum(folder.done(task.marker, task.key) is not None for task in tasks)
-        raise TrainingInterrupted(complete, len(tasks)) from None
-    finally:
-        progress.close()
-    return failed
+    train = ablation.spec.train
+    plan = TrainingPlan(ablation.output, references, tasks, runs, gpus=cluster_has_gpus(train.device, use_ray),
+                        ray=RayOptions(num_cpus_per_task=train.threads, max_retries=1))  # fmt: skip
+    training = [training_task(run, keys[run]) for run in runs]
+    return PreparedAblation(summary, plan, training, members, provenance, steps, run_of)
 
 
 def _write_results(folder: RunFolder, prepared: PreparedAblation, failed: dict[str, str], max_passes: float) -> None:
@@ -466,7 +414,7 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
     try:
         prepared = prepare_ablation(ablation, use_ray, log)
         summary = prepared.summary
-        failed = train_runs(prepared, use_ray, log)
+        failed = train_runs(prepared.plan, prepared.tasks, use_ray, log)
         summary["failed_runs"] |= failed
         _write_results(folder, prepared, failed, ablation.spec.train.max_passes)
         summary["baseline"] = ablation.baseline

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from corpus.config.job import RayOptions
 from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder
-from corpus.engine.tasks import Context, Task, kind
+from corpus.engine.tasks import Context, Task, kind, run_phase
 
 TRAIN = "corpus.lab.training_runs:train"
 
@@ -81,6 +81,27 @@ def train(plan: TrainingPlan, task: Task, context: Context) -> dict:
     }
 
 
+def same_data_groups(streams: dict[str, str], baseline: str) -> dict[str, str]:
+    """Each variant -> the variant whose run it shares: the first (the baseline before all) with the same token
+    stream digest."""
+    first: dict[str, str] = {}
+    for name in sorted(streams, key=lambda name: name != baseline):
+        first.setdefault(streams[name], name)
+    return {name: first[streams[name]] for name in streams}
+
+
+def cluster_has_gpus(device: str, use_ray: bool) -> bool:
+    """Whether training runs ask Ray for a GPU each: on Ray, unless the job trains on the CPU, where it has GPUs."""
+    if not use_ray or device == "cpu":
+        return False
+    import ray
+
+    from corpus.engine import ensure_ray
+
+    ensure_ray()
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
 def token_stream_sha256(run: str) -> str:
     """The digest of the tokens a run's shards hold, in the order a training run reads them: two variants with
     the same digest train on the same stream (whatever their selections said), so they are trained once."""
@@ -92,3 +113,43 @@ def token_stream_sha256(run: str) -> str:
             digest.update(np.diff(tokens.offsets.to_numpy()).astype(np.int64))  # each document's length
             digest.update(tokens.values.to_numpy().astype(np.uint32))
     return digest.hexdigest()
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C while training: how many runs are complete, for the resume message."""
+
+    def __init__(self, complete: int, planned: int):
+        super().__init__(f"{complete} of {planned} training runs complete")
+        self.complete, self.planned = complete, planned
+
+
+def train_runs(plan: TrainingPlan, tasks: list[Task], use_ray: bool, log) -> dict[str, str]:
+    """Every training run not done by an earlier run, through the engine's runners; returns failures by run."""
+    from corpus.engine.progress import RunProgress
+    from corpus.engine.run import Runners
+
+    folder = RunFolder(plan.output)
+    todo = [task for task in tasks if folder.done(task.marker, task.key) is None]
+    log(f"training: {len(todo)} of {len(tasks)} runs to do ({len(tasks) - len(todo)} done by an earlier run)")
+    runners = Runners(plan, use_ray)
+    runner = runners.pick(needs_workers=bool(todo))
+    progress = RunProgress(len(tasks), len(tasks) - len(todo), where=runners.where(runner), unit="training run",
+                           counts=("steps", "tokens"))  # fmt: skip
+    runners.progress = progress
+    failed: dict[str, str] = {}
+
+    def finished(task: Task, report: dict | None, error: str | None) -> None:
+        progress.shard_finished(task.id, error)
+        if report is not None:
+            scores = ", ".join(f"{name.removesuffix('.bits_per_byte')} {value:.4f}"
+                               for name, value in report["scores"].items())  # fmt: skip
+            log(f"  {task.id}: {report['tokens']:,} tokens, {report['tokens_per_s']:,.0f} tokens/s, bits/byte {scores}")
+
+    try:
+        run_phase(runner, plan, todo, failed, finished)
+    except KeyboardInterrupt:
+        complete = sum(folder.done(task.marker, task.key) is not None for task in tasks)
+        raise TrainingInterrupted(complete, len(tasks)) from None
+    finally:
+        progress.close()
+    return failed
