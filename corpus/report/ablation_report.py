@@ -50,9 +50,9 @@ def _decides(row: dict) -> str:
     return f"SNR {row['snr']:.1f}: " + ("can decide" if row["decides"] else "cannot decide (< 2)")
 
 
-def metric_table(rows: list[dict], title: str) -> Table:
+def metric_table(rows: list[dict]) -> Table:
     """One metric's rows: variant, mean ± seed std (seeds), Δ, its interval, the items' share, verdict."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("variant", "mean ± std (n)", "Δ", "interval", "items", "verdict"):
         table.add_column(column, justify="left" if column in ("variant", "verdict") else "right")
     for row in rows:
@@ -135,7 +135,9 @@ def print_report(path: Path, metrics_patterns: str = "", final: float = 0.0, con
             mde = [row["mde"] for row in mine if not math.isnan(row["mde"]) and not row["data_limited"]]
             if mde:
                 title += f" · MDE {float(np.median(mde)):.4f}"
-            console.print(metric_table(mine, escape(title)))
+            console.print()
+            console.print(escape(title), style="bold")  # its own line: a table's title wraps at the table's width
+            console.print(metric_table(mine))
     for line in _findings(rows, summary, metrics, models):
         warning = line.startswith(WARNING)
         console.print(escape(line.removeprefix(WARNING)), style="yellow" if warning else None)
