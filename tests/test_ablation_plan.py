@@ -123,16 +123,20 @@ def test_the_minimum_detectable_effect_is_detected_about_80_percent_of_the_time_
 def test_the_seeds_or_items_a_delta_needs_are_the_fewest_that_detect_it():
     noise = Noise(0.004, 3, ((0.5, 100, 1.0),))  # detects 0.229 with 3 seeds
     assert minimum_detectable_effect(noise, 0.95) == pytest.approx(0.2293, abs=1e-4)
-    assert needed_for(noise, 0.3, 0.95, 1) == (2, 1.0)  # already detectable: the fewest seeds that do
+    assert needed_for(noise, 0.3, 0.95, 1) == (2, 1.0, None)  # already detectable: the fewest seeds that do
     # Δ = 0.2: the items' part alone (0.5 / 100) leaves an MDE near 0.2 however many seeds; 1.6x the items do it.
-    seeds, factor = needed_for(noise, 0.2, 0.95, 1)
+    seeds, factor, both = needed_for(noise, 0.2, 0.95, 1)
     step = 100 ** (1 / 59)  # the factors tried: 60 from 1 to 100, evenly on a log scale
-    assert seeds is None and factor == pytest.approx(1.597, abs=1e-3)
+    assert seeds is None and factor == pytest.approx(1.597, abs=1e-3) and both is None
     assert minimum_detectable_effect(noise.scaled(3, factor), 0.95) <= 0.2
     assert minimum_detectable_effect(noise.scaled(3, factor / step), 0.95) > 0.2
-    assert needed_for(noise, 0.15, 0.95, 1) == (None, None)  # neither alone reaches it
+    # Δ = 0.15: neither alone reaches it; 4 seeds with 3.2x the items do.
+    seeds, factor, both = needed_for(noise, 0.15, 0.95, 1)
+    assert (seeds, factor) == (None, None) and both[0] == 4
+    assert minimum_detectable_effect(noise.scaled(*both), 0.95) <= 0.15
+    assert minimum_detectable_effect(noise.scaled(3, 100), 0.95) > 0.15
     seeds_bound = Noise(0.04, 3, ((0.01, 100, 1.0),))  # the seeds' noise dominates
-    seeds, _ = needed_for(seeds_bound, 0.1, 0.95, 1)
+    seeds, _, _ = needed_for(seeds_bound, 0.1, 0.95, 1)
     assert minimum_detectable_effect(seeds_bound.scaled(seeds), 0.95) <= 0.1
     assert minimum_detectable_effect(seeds_bound.scaled(seeds - 1), 0.95) > 0.1 and seeds > 3
 

@@ -59,23 +59,38 @@ def flops_per_token(model: dict) -> int:
     return LanguageModel(ModelConfig(**model)).flops_per_token()
 
 
-def needed_for(noise: Noise, delta: float, confidence: float, comparisons: int) -> tuple[int | None, float | None]:
-    """The fewest seeds (items as they are), and the fewest times the items (seeds as they are), at which the
-    minimum detectable effect of `noise` is at most `delta`; None where even `MOST_SEEDS` seeds or
-    `MOST_ITEMS_FACTOR` times the items would not do."""
+def _fewest_factor(noise: Noise, seeds: int, delta: float, confidence: float, comparisons: int) -> float | None:
+    """The fewest times the items (of 60 steps from 1 to `MOST_ITEMS_FACTOR`) at which `seeds` seeds detect
+    `delta`; None past the last."""
+    if not noise.item_parts:
+        return None
+    return next(
+        (float(f) for f in np.geomspace(1, MOST_ITEMS_FACTOR, 60)
+         if minimum_detectable_effect(noise.scaled(seeds, f), confidence, comparisons) <= delta),
+        None,
+    )  # fmt: skip
+
+
+def needed_for(
+    noise: Noise, delta: float, confidence: float, comparisons: int
+) -> tuple[int | None, float | None, tuple[int, float] | None]:
+    """What detects `delta` with 80 % power: the fewest seeds (items as they are), the fewest times the items
+    (seeds as they are), and, where neither alone does, the fewest seeds with the fewest times the items; None
+    where even `MOST_SEEDS` seeds or `MOST_ITEMS_FACTOR` times the items would not do."""
     seeds = next(
         (s for s in range(2, MOST_SEEDS + 1)
          if minimum_detectable_effect(noise.scaled(s), confidence, comparisons) <= delta),
         None,
     )  # fmt: skip
-    factor = None
-    if noise.item_parts:
-        factor = next(
-            (f for f in np.geomspace(1, MOST_ITEMS_FACTOR, 60)
-             if minimum_detectable_effect(noise.scaled(noise.seeds, f), confidence, comparisons) <= delta),
-            None,
-        )  # fmt: skip
-    return seeds, None if factor is None else float(factor)
+    factor = _fewest_factor(noise, noise.seeds, delta, confidence, comparisons)
+    both = None
+    if seeds is None and factor is None:
+        for more in range(noise.seeds + 1, MOST_SEEDS + 1):
+            found = _fewest_factor(noise, more, delta, confidence, comparisons)
+            if found is not None:
+                both = (more, found)
+                break
+    return seeds, factor, both
 
 
 def pilot_noise(results: pa.Table, final: float, confidence: float) -> dict[str, Noise]:
@@ -99,12 +114,14 @@ def power_lines(noises: dict[str, Noise], seeds: int, comparisons: int, confiden
         mde = minimum_detectable_effect(noise, confidence, comparisons)
         line = f"  {metric}: detects |Δ| ≥ {mde:.4f} with {seeds} seeds"
         if delta is not None:
-            more_seeds, more_items = needed_for(noise, delta, confidence, comparisons)
+            more_seeds, more_items, both = needed_for(noise, delta, confidence, comparisons)
             options = []
             if more_seeds is not None:
                 options.append(f"{more_seeds} seeds")
             if more_items is not None:
                 options.append(f"{more_items:.1f}x the items")
+            if both is not None:
+                options.append(f"{both[0]} seeds and {both[1]:.1f}x the items together")
             if mde <= delta:
                 line += f"; Δ = {delta:g}: detectable as planned"
             elif options:
