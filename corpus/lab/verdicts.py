@@ -261,7 +261,7 @@ def difference_interval(
 def minimum_detectable_effect(noise: Noise, confidence: float, comparisons: int = 1, power: float = POWER) -> float:
     """The smallest |Δ| that the interval of `noise` calls beyond noise with probability `power`: (t at the
     interval's level + t at the power) x Δ's standard error."""
-    if noise.seeds < 2:
+    if noise.seeds < 2 or noise.variance == 0:  # no noise measured: nothing to say what would be detected
         return float("nan")
     freedom = noise.freedom
     quantiles = stats.t.ppf(_two_sided(confidence, comparisons), freedom) + stats.t.ppf(power, freedom)
