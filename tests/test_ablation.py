@@ -103,7 +103,7 @@ def _tasks_folder() -> str:
 
 def _losses(table: pa.Table, run: str) -> list[dict]:
     rows = [r for r in table.to_pylist() if f"{r['variant']}-{r['model']}-seed{r['seed']}" == run]
-    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "code_version")} for r in rows]
 
 
 # The micro ablation's budget reads `all` ~0.1 times and `filtered` ~0.15 times: a pass limit between them makes

@@ -25,17 +25,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpus import __version__
 from corpus.config.ablation import Ablation, ModelOptions, fixed_steps
 from corpus.config.job import Job, JobError, RayOptions
 from corpus.engine.run_folder import RunFolder
@@ -75,20 +72,6 @@ def read_reference(path: str, tokenizer: TextTokenizer, name: str, max_tokens: i
     if not documents:
         raise JobError(f"reference set '{name}' ({path}) holds no document of two tokens or more")
     return texts, ReferenceSet(name, documents, sum(len(t.encode()) for t in texts))
-
-
-def _code_version() -> str:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return f"corpus {__version__}" + (f" ({commit})" if commit else "")
 
 
 def training_steps(ablation: Ablation, model: ModelOptions, variant_tokens: dict[str, int]) -> int:
@@ -220,7 +203,6 @@ def _provenance(ablation: Ablation, name: str, manifest: dict, written_ids: list
         "manifest_sha256": hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode()).hexdigest(),
         "documents_sha256": hashlib.sha256("\n".join(written_ids).encode()).hexdigest(),
         "tokenizer_sha256": content_sha256(tokenizer_path),
-        "code_version": _code_version(),
         "baseline": name == ablation.baseline,
         "variant_documents": manifest["documents"],
         "variant_tokens": manifest["tokens"],

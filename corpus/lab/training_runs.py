@@ -9,11 +9,14 @@ run's settings) travels once, in the `TrainingPlan`; a task carries its run's na
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from corpus import __version__
 from corpus.config.job import RayOptions
 from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder
 from corpus.engine.tasks import Context, Task, kind, run_phase
@@ -47,6 +50,21 @@ def _resources(plan: TrainingPlan) -> dict:
     return {"num_gpus": 1, "num_cpus": 1} if plan.gpus else {"num_cpus": plan.ray.num_cpus_per_task}
 
 
+def code_version() -> str:
+    """This checkout's version and commit: recorded in each run's rows when it trains."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"corpus {__version__}" + (f" ({commit})" if commit else "")
+
+
 def run_path(name: str) -> str:
     return f"runs/{name}.parquet"
 
@@ -66,7 +84,7 @@ def train(plan: TrainingPlan, task: Task, context: Context) -> dict:
         run.data, plan.references, ModelConfig(**run.model), TrainOptions(**run.train), plan.tasks,
         on_progress=context.on_progress,
     )  # fmt: skip
-    table = pa.Table.from_pylist(rows)
+    table = pa.Table.from_pylist([{**row, "code_version": code_version()} for row in rows])
     mfu = table.schema.get_field_index("mfu")
     table = table.set_column(mfu, "mfu", table.column("mfu").cast(pa.float64()))  # None off CUDA: typed anyway
     folder = RunFolder(plan.output)
