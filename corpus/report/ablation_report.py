@@ -47,7 +47,7 @@ def _decides(row: dict) -> str:
         return f"cannot decide: at chance ({row['chance']:.2f})"
     if math.isnan(row["snr"]):
         return "SNR: fewer than two variants to compare"
-    return f"SNR {row['snr']:.1f}: " + ("can decide" if row["decides"] else "cannot decide (< 2)")
+    return f"SNR {row['snr']:.2f}: " + ("can decide" if row["decides"] else "cannot decide (< 2)")
 
 
 def metric_table(rows: list[dict]) -> Table:
