@@ -27,7 +27,8 @@ pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)
 from corpus.config.ablation import load_ablation  # noqa: E402
 from corpus.lab.ablation import run_ablation, training_steps  # noqa: E402
 from corpus.lab.downstream import installed_tasks_folder  # noqa: E402
-from corpus.lab.verdicts import difference_interval, verdict_rows  # noqa: E402
+from corpus.lab.noise import difference_interval  # noqa: E402
+from corpus.lab.verdicts import verdict_rows  # noqa: E402
 
 DOCUMENTS_JOB = """name = "documents"
 inputs = ["crawl.warc.gz"]

@@ -16,15 +16,9 @@ pytest.importorskip("torch", reason="the ablation extra (torch) is not installed
 
 from corpus.config.ablation import load_ablation  # noqa: E402
 from corpus.config.job import JobError  # noqa: E402
+from corpus.lab.noise import Noise, difference_interval, minimum_detectable_effect  # noqa: E402
 from corpus.lab.power import needed_for  # noqa: E402
-from corpus.lab.verdicts import (  # noqa: E402
-    Noise,
-    difference_interval,
-    final_evaluations,
-    final_window_problem,
-    minimum_detectable_effect,
-    verdict_rows,
-)
+from corpus.lab.verdicts import final_evaluations, final_window_problem, verdict_rows  # noqa: E402
 
 
 def test_a_run_is_scored_by_its_evaluations_in_the_final_share_of_training():

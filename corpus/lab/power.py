@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from corpus.lab.verdicts import DEFAULT_METRICS, POWER, Noise, metric_columns, minimum_detectable_effect, verdict_rows
+from corpus.lab.noise import POWER, Noise, minimum_detectable_effect
+from corpus.lab.verdicts import DEFAULT_METRICS, metric_columns, verdict_rows
 
 GPU_PEAK_FLOPS = 989e12  # an H100's dense bf16 peak
 ASSUMED_MFU = 0.3  # what an estimate of GPU time assumes; models of a few million parameters reach far less

@@ -16,8 +16,9 @@ is beyond noise: the seeds' and the scored items'.
   seeds' (the paired differences' variance over seeds / seeds) plus the items' (the variance over items of each
   item's difference averaged over seeds / items; for `downstream.bits_per_byte`, the mean of the tasks, the
   tasks' parts / tasks²), a sum that counts their interaction twice (conservative), with Welch-Satterthwaite's
-  degrees of freedom. Simulated with 3 seeds x 100 questions and no true difference, the 95 % interval covers 0
-  in 94-96 % of ablations where the questions are 70-95 % of the noise; the seeds' noise alone covered 56-87 %.
+  degrees of freedom (`corpus.lab.noise`). Simulated with 3 seeds x 100 questions and no true difference, the
+  95 % interval covers 0 in 94-96 % of ablations where the questions are 70-95 % of the noise; the seeds' noise
+  alone covered 56-87 %.
   It can be narrower than the seeds'-only interval (more noise, estimated from more numbers than 3 pairs: fewer
   of t's 2-degree-of-freedom tails). Accuracy moves a question at a time: seeds that agree on one question no
   longer make a zero-width interval. Results without item scores (an older corpus) hold the seeds' noise only
@@ -50,7 +51,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from fnmatch import fnmatch
 
 import numpy as np
@@ -59,13 +59,13 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from corpus.lab.downstream import ITEMS
+from corpus.lab.noise import difference_interval, difference_noise, minimum_detectable_effect
 
 LOWER_IS_BETTER = ("nats_per_token", "bits_per_byte")
 HIGHER_IS_BETTER = ("accuracy",)
 DEFAULT_METRICS = ("*.bits_per_byte", "*.accuracy")
 VERDICTS = ("baseline", "better", "worse", "within noise", "data-limited", "one seed", "same data")
 FINAL_SHARE = 0.1  # a run's score: its evaluations in the last 10 % of training
-POWER = 0.8  # of the minimum detectable effect
 CHANCE = ".chance"  # suffix of a metric's chance level column (accuracy: the mean of 1 / choices over its items)
 
 
@@ -183,89 +183,6 @@ def limited_by(score: dict) -> str | None:
     if score["passes"] > score["max_passes"]:
         return f"{score['passes']:.3g} passes > {score['max_passes']:g}"
     return "turned up (overfit)" if score["turned_up"] else None
-
-
-@dataclass(frozen=True)
-class Noise:
-    """The noise of a paired Δ: its seeds' part (a seed's variance over `seeds`), its items' parts (each item
-    column's variance of a per-item difference, its item count, its weight in the metric), and what follows:
-    Δ's variance, its Welch-Satterthwaite degrees of freedom, the items' share."""
-
-    seed_variance: float
-    seeds: int
-    item_parts: tuple[tuple[float, int, float], ...] = ()  # (variance of one item's difference, items, weight)
-
-    def parts(self) -> list[tuple[float, int]]:
-        """Each part's contribution to Δ's variance, with its degrees of freedom."""
-        parts = [(self.seed_variance / self.seeds, self.seeds - 1)]
-        parts += [(variance / items * weight**2, items - 1) for variance, items, weight in self.item_parts]
-        return parts
-
-    @property
-    def variance(self) -> float:
-        return sum(part for part, _ in self.parts())
-
-    @property
-    def freedom(self) -> float:
-        parts = [(part, degrees) for part, degrees in self.parts() if degrees > 0]
-        total = sum(part for part, _ in parts)
-        if total == 0:
-            return float(self.seeds - 1)
-        return total**2 / sum(part**2 / degrees for part, degrees in parts)
-
-    @property
-    def item_share(self) -> float | None:
-        variance = self.variance
-        return (variance - self.seed_variance / self.seeds) / variance if self.item_parts and variance > 0 else None
-
-    def scaled(self, seeds: int, items_factor: float = 1.0) -> Noise:
-        """The same noise with `seeds` seeds and `items_factor` times the items of each column."""
-        parts = tuple((v, max(2, round(n * items_factor)), w) for v, n, w in self.item_parts)
-        return Noise(self.seed_variance, seeds, parts)
-
-
-def difference_noise(seed_differences: np.ndarray, item_differences: list[np.ndarray] | None) -> Noise:
-    """The `Noise` of a paired Δ. `seed_differences`: the metric's paired difference per seed (at least two);
-    `item_differences`: per item column of the metric (`item_columns`), the per-item differences, seeds x items,
-    the columns weighing equally (the metric is their mean), or None for the seeds' noise alone."""
-    parts = []
-    for differences in item_differences or []:
-        per_item = differences.mean(axis=0)
-        if len(per_item) > 1:
-            parts.append((float(per_item.var(ddof=1)), len(per_item), 1 / len(item_differences)))
-    return Noise(float(seed_differences.var(ddof=1)), len(seed_differences), tuple(parts))
-
-
-def _two_sided(confidence: float, comparisons: int) -> float:
-    return 1 - (1 - confidence) / (2 * comparisons)
-
-
-def difference_interval(
-    seed_differences: np.ndarray,
-    item_differences: list[np.ndarray] | None,
-    confidence: float,
-    comparisons: int = 1,
-) -> tuple[float, float | None]:
-    """Half-width of the two-sided t interval of Δ, at `confidence` for `comparisons` intervals at once
-    (Bonferroni), and the items' share of Δ's variance (`difference_noise`). nan (and None) under two seeds."""
-    if len(seed_differences) < 2:
-        return float("nan"), None
-    noise = difference_noise(seed_differences, item_differences)
-    if noise.variance == 0:
-        return 0.0, noise.item_share
-    return float(stats.t.ppf(_two_sided(confidence, comparisons), noise.freedom) * math.sqrt(noise.variance)), (
-        noise.item_share
-    )
-
-
-def minimum_detectable_effect(noise: Noise, confidence: float, comparisons: int = 1, power: float = POWER) -> float:
-    """The smallest |Δ| that the interval of `noise` calls beyond noise with probability `power`: (t at the
-    interval's level + t at the power) x Δ's standard error."""
-    if noise.seeds < 2 or noise.variance == 0:  # no noise measured: nothing to say what would be detected
-        return float("nan")
-    freedom = noise.freedom
-    quantiles = stats.t.ppf(_two_sided(confidence, comparisons), freedom) + stats.t.ppf(power, freedom)
-    return float(quantiles * math.sqrt(noise.variance))
 
 
 def signal_to_noise(means: list[float], seed_stds: list[float]) -> float:
