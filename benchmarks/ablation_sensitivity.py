@@ -158,7 +158,7 @@ def main() -> int:
         for share in map(int, args.shares.split(",")):
             job = write_jobs(WORK / f"{kind}-{share}", kind, share, planted(kind, share, clean), tokenizer, reference)
             summary = run_ablation(load_ablation(job), use_ray=True, log=lambda line: None)
-            runs += summary["runs"]["planned"]
+            runs += summary["runs"]["trained"]
             results = pq.read_table(job.parent / "ablation" / "results.parquet")
             for row in verdict_rows(results, list(METRICS), final=0.2):
                 if not row["baseline"]:

@@ -695,6 +695,7 @@ def _leave_one_out(tmp_path, quoted_id: str):
         "without_dedup_exact": None, "without_modify_c4": None,
     }  # fmt: skip
     assert "training: 6 of 6 runs to do (0 done by an earlier run)" in logs
+    assert summary["runs"] == {"trained": 6, "of_variants": 12}  # 6 variants x 2 models x 1 seed
     assert sorted(path.name for path in (tmp_path / "loo" / "runs").glob("*.parquet")) == [
         f"{v}-{m}-seed0.parquet"
         for v in ("all", "without_dedup_exact", "without_modify_c4")

@@ -402,7 +402,8 @@ def run_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> dict:
         summary["baseline"] = ablation.baseline
         summary["models"] = [model.label for model in ablation.models]
         summary["steps"] = prepared.steps
-        summary["runs"] = {"planned": len(prepared.tasks), "variants x models x seeds": len(prepared.run_of)}
+        # runs trained (one per distinct token stream, model and seed), and the runs the variants read
+        summary["runs"] = {"trained": len(prepared.tasks), "of_variants": len(prepared.run_of)}
         summary["max_passes"] = ablation.spec.train.max_passes
         summary["evaluation"] = ablation.spec.evaluation.model_dump()
         summary["wall_seconds"] = round(time.perf_counter() - started, 1)
