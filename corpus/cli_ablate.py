@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import signal
 import sys
 from pathlib import Path
@@ -67,7 +68,8 @@ def _ablate_plan(args: argparse.Namespace) -> int:
         folder = RunFolder(ablation.output)
         folder.lock()
         try:
-            prepared = prepare_ablation(ablation, use_ray=not args.no_ray, log=lambda line: None)
+            quiet = io.StringIO()  # the plan's lines alone: not the selections' progress
+            prepared = prepare_ablation(ablation, use_ray=not args.no_ray, log=lambda line: None, progress_stream=quiet)
         finally:
             folder.unlock()
         pilot = pq.read_table(pilot_path) if pilot_path.is_file() else None

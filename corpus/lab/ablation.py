@@ -210,7 +210,8 @@ def _provenance(ablation: Ablation, name: str, manifest: dict, written_ids: list
 
 
 def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str, overlap: pa.Table,
-                     scored: list[str], use_ray: bool, summary: dict) -> tuple[dict, list[pa.Table]]:  # fmt: skip
+                     scored: list[str], use_ray: bool, summary: dict, progress_stream=None,
+                     ) -> tuple[dict, list[pa.Table]]:  # fmt: skip
     """Each variant's selection and token shards; its facts into `summary["variants"]`. Returns, per variant that
     has tokens, (job, manifest, kept ids), and the variants' kept/dropped counts."""
     from corpus.engine import run_job
@@ -218,7 +219,7 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
     selected, counts = {}, []
     for name in ablation.variants:
         job = _variant_job(ablation, name, folder, tokenizer_path)
-        stats = run_job(job, use_ray=use_ray)
+        stats = run_job(job, use_ray=use_ray, progress_stream=progress_stream)
         if stats["failed_shards"] or not stats["tokens"]:
             summary["failed_runs"][name] = f"selection failed or kept nothing: {stats['failed_shards']}"
             continue
@@ -282,16 +283,17 @@ class PreparedAblation:
     run_of: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (variant, model, seed) -> run name
 
 
-def prepare_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> PreparedAblation:
+def prepare_ablation(ablation: Ablation, use_ray: bool = True, log=print, progress_stream=None) -> PreparedAblation:
     """The documents run (resumed), the tokenizer, decontamination, each variant's selection and token shards, the
-    budget, and one training task per distinct token stream, model size and seed. Trains nothing."""
+    budget, and one training task per distinct token stream, model size and seed. Trains nothing. The jobs' progress
+    lines go to `progress_stream` (default: standard error)."""
     from corpus.engine import run_job
 
     folder = RunFolder(ablation.output)
     documents_stats = ablation.reused_documents
     if documents_stats is None:
         log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")
-        documents_stats = run_job(ablation.documents, use_ray=use_ray)
+        documents_stats = run_job(ablation.documents, use_ray=use_ray, progress_stream=progress_stream)
     else:
         log(
             f"documents: {ablation.documents.output}, complete for {ablation.documents.source_file}; its inputs "
@@ -312,7 +314,9 @@ def prepare_ablation(ablation: Ablation, use_ray: bool = True, log=print) -> Pre
         "with a reference set or task"
     )
     summary: dict[str, Any] = {"ablation": ablation.spec.name, "variants": {}, "failed_runs": {}}
-    selected, counts = _select_variants(ablation, folder, tokenizer_path, overlap, list(scored_texts), use_ray, summary)
+    selected, counts = _select_variants(
+        ablation, folder, tokenizer_path, overlap, list(scored_texts), use_ray, summary, progress_stream
+    )
     with folder.parquet_writer("variants.parquet", VARIANT_COUNTS) as writer:
         writer.write(pa.concat_tables([VARIANT_COUNTS.empty_table(), *counts]))
     steps = _plan_budget(ablation, selected, summary, log) if selected else {}
