@@ -4,7 +4,7 @@ The cost: per model size, the steps, tokens and passes of a run, the distinct to
 train once), the runs left to do, and their time: on this machine's CPU from a few measured training steps, on a
 GPU from the model's FLOPs at an assumed utilisation. The power: from a pilot's noise (an earlier ablation's
 results, or this job's own last run), per metric the smallest Δ this plan detects with 80 % power, and, for a
-Δ the user names, the seeds or the items that would detect it (`corpus.lab.verdicts.Noise`).
+Δ the user names, the seeds or the items that would detect it (`corpus.lab.noise.Noise`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from corpus.lab.noise import POWER, Noise, minimum_detectable_effect
-from corpus.lab.verdicts import DEFAULT_METRICS, metric_columns, verdict_rows
+from corpus.lab.training_runs import to_do
+from corpus.lab.verdicts import DEFAULT_METRICS, evaluation_steps, metric_columns, verdict_rows
 
 GPU_PEAK_FLOPS = 989e12  # an H100's dense bf16 peak
 ASSUMED_MFU = 0.3  # what an estimate of GPU time assumes; models of a few million parameters reach far less
@@ -138,11 +139,8 @@ def power_lines(noises: dict[str, Noise], seeds: int, comparisons: int, confiden
 
 def plan_lines(ablation, prepared, pilot: pa.Table | None, pilot_name: str, delta: float | None) -> list[str]:
     """The plan of a prepared ablation, in lines: runs, budget, time, and power."""
-    from corpus.engine.run_folder import RunFolder
-
     spec = ablation.spec
-    folder = RunFolder(ablation.output)
-    todo = [task for task in prepared.tasks if folder.done(task.marker, task.key) is None]
+    todo = {task.id for task in to_do(prepared.plan, prepared.tasks)}
     streams = len(set(prepared.members.values()))
     lines = [
         f"{spec.name}: {len(prepared.members)} variants, {streams} distinct token streams x {len(ablation.models)} "
@@ -152,12 +150,12 @@ def plan_lines(ablation, prepared, pilot: pa.Table | None, pilot_name: str, delt
     parallel = max(1, (os.cpu_count() or 1) // threads)
     cpu_total = gpu_total = 0.0
     for model in ablation.models:
-        runs = [task for task in todo if f"-{model.label}-seed" in task.id]
-        config = next(run.model for name, run in prepared.plan.runs.items() if f"-{model.label}-seed" in name)
+        mine = {run for (_, label, _), run in prepared.run_of.items() if label == model.label}
+        config = prepared.plan.runs[next(iter(mine))].model
         steps = prepared.steps[model.label]
         tokens = steps * spec.train.batch_size * model.seq_len
         passes = [facts["passes"][model.label] for facts in prepared.summary["variants"].values()]
-        evaluations = len(range(spec.train.eval_every, steps + 1, spec.train.eval_every)) + 1
+        evaluations = len(evaluation_steps(steps, spec.train.eval_every))
         rate = measured_tokens_per_s(config, spec.train.batch_size, threads)
         scored = sum(sum(len(d) for d in r.documents) for r in prepared.plan.references) + sum(
             sum(len(c) + len(t) for c, t in zip(task.contexts, task.continuations, strict=True))
@@ -165,8 +163,8 @@ def plan_lines(ablation, prepared, pilot: pa.Table | None, pilot_name: str, delt
         )
         cpu = tokens / rate + evaluations * scored / (3 * rate)  # a forward pass is about a third of a step
         gpu = flops_per_token(config) * (tokens + evaluations * scored / 3) / (GPU_PEAK_FLOPS * ASSUMED_MFU)
-        cpu_total += cpu * len(runs)
-        gpu_total += gpu * len(runs)
+        cpu_total += cpu * len(mine & todo)
+        gpu_total += gpu * len(mine & todo)
         lines.append(
             f"  {model.label}: {steps:,} steps, {tokens:,} training tokens a run, {min(passes):.2f}-{max(passes):.2f} "
             f"passes over the variants' tokens, {evaluations} evaluations; {rate:,.0f} tokens/s measured here: "

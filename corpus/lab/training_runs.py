@@ -84,7 +84,8 @@ def train(plan: TrainingPlan, task: Task, context: Context) -> dict:
         run.data, plan.references, ModelConfig(**run.model), TrainOptions(**run.train), plan.tasks,
         on_progress=context.on_progress,
     )  # fmt: skip
-    table = pa.Table.from_pylist([{**row, "code_version": code_version()} for row in rows])
+    version = code_version()
+    table = pa.Table.from_pylist([{**row, "code_version": version} for row in rows])
     mfu = table.schema.get_field_index("mfu")
     table = table.set_column(mfu, "mfu", table.column("mfu").cast(pa.float64()))  # None off CUDA: typed anyway
     folder = RunFolder(plan.output)
@@ -109,7 +110,8 @@ def same_data_groups(streams: dict[str, str], baseline: str) -> dict[str, str]:
 
 
 def cluster_has_gpus(device: str, use_ray: bool) -> bool:
-    """Whether training runs ask Ray for a GPU each: on Ray, unless the job trains on the CPU, where it has GPUs."""
+    """Whether training runs ask Ray for a GPU each: when they run on Ray, the job allows CUDA, and the cluster has
+    GPUs."""
     if not use_ray or device == "cpu":
         return False
     import ray
@@ -141,13 +143,19 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.complete, self.planned = complete, planned
 
 
+def to_do(plan: TrainingPlan, tasks: list[Task]) -> list[Task]:
+    """The training tasks whose marker does not hold their key: not done by an earlier run."""
+    folder = RunFolder(plan.output)
+    return [task for task in tasks if folder.done(task.marker, task.key) is None]
+
+
 def train_runs(plan: TrainingPlan, tasks: list[Task], use_ray: bool, log) -> dict[str, str]:
     """Every training run not done by an earlier run, through the engine's runners; returns failures by run."""
     from corpus.engine.progress import RunProgress
     from corpus.engine.run import Runners
 
     folder = RunFolder(plan.output)
-    todo = [task for task in tasks if folder.done(task.marker, task.key) is None]
+    todo = to_do(plan, tasks)
     log(f"training: {len(todo)} of {len(tasks)} runs to do ({len(tasks) - len(todo)} done by an earlier run)")
     runners = Runners(plan, use_ray)
     runner = runners.pick(needs_workers=bool(todo))
