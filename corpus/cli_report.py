@@ -97,8 +97,11 @@ def inspect_command(args: argparse.Namespace) -> int:
     console = Console(soft_wrap=True, highlight=False)
     for title, documents in groups.items():
         console.print(f"[bold]{title}[/] ({'kept, nearest the threshold' if args.kept else 'dropped, a sample'})")
+        if not documents:
+            what = "kept near its thresholds" if args.kept else "dropped by it"
+            console.print(f"   no document {what} in this run")
         for doc in documents:
-            console.print(f"[bold]{doc['url'] or doc['id']}[/]")
+            console.print(f"[bold]{escape(doc['url'] or doc['id'])}[/]")
             for name, value in doc["signals"].items():
                 console.print(f"   {name} = {value:.4g}" if isinstance(value, float) else f"   {name} = {value}")
             if doc["duplicate_of"]:
@@ -108,8 +111,13 @@ def inspect_command(args: argparse.Namespace) -> int:
             if doc["span_label"]:
                 where = " (in the URL)" if doc["span_in_url"] else ""
                 console.print(f"   {doc['span_label']}{where}:")
-            excerpt = f"{doc['before']}[reverse]{escape(doc['match'])}[/]{escape(doc['after'])}"
-            console.print(
-                "   " + escape(doc["before"]).replace("\n", " ") + excerpt[len(doc["before"]) :].replace("\n", " ")
-            )
+            console.print("   " + marked_span(doc["before"], doc["match"], doc["after"], console.is_terminal))
     return 0
+
+
+def marked_span(before: str, match: str, after: str, terminal: bool) -> str:
+    """Rich markup of an excerpt on one line with its offending span marked: reversed on a terminal, between
+    » and « in plain text (a file, a pipe, a notebook)."""
+    start, end = ("[reverse]", "[/]") if terminal else ("»", "«")
+    flat = [escape(part.replace("\n", " ")) for part in (before, match, after)]
+    return f"{flat[0]}{start}{flat[1]}{end}{flat[2]}" if match else flat[0] + flat[2]

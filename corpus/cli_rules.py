@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 
+from corpus.cli_report import marked_span
 from corpus.config.job import load_job
 
 
@@ -34,11 +35,10 @@ class TryInputError(Exception):
 
 
 def _documents_to_try(paths: list[str], limit: int, dataset=None):
-    """(name, text, url, lang) from text, HTML, WARC/WET or dataset (Parquet, JSONL, Arrow) files; lang None where
-    it is to be identified. WARC pages are extracted as a run extracts them; dataset files are read as a run reads
-    them, with `dataset` (a job's [dataset] table) mapping their columns, by default their own `text`, `id`, `url`
-    and `lang`."""
-    from corpus.api import extract_text
+    """(name, text, url, lang, lang_score) from text, HTML, WARC/WET or dataset (Parquet, JSONL, Arrow) files, plain
+    or `.gz`, and from the text and HTML files inside `.zip` archives; lang None where it is to be identified. WARC
+    pages are extracted as a run extracts them; dataset files are read as a run reads them, with `dataset` (a job's
+    [dataset] table) mapping their columns, by default their own `text`, `id`, `url`, `lang` and `lang_score`."""
     from corpus.stages.dataset import dataset_format
 
     for path in paths:
@@ -48,14 +48,56 @@ def _documents_to_try(paths: list[str], limit: int, dataset=None):
         fmt = dataset_format(path)
         if fmt is not None:
             yield from _dataset_documents(path, fmt, limit, dataset)
-            continue
-        if re.search(r"\.(warc|wet)(\.gz)?$", path, re.IGNORECASE):
+        elif re.search(r"\.(warc|wet)(\.gz)?$", path, re.IGNORECASE):
             yield from _warc_pages(path, limit)
-            continue
-        with open(path, "rb") as fh:
-            data = fh.read()
-        html = path.endswith((".html", ".htm"))
-        yield path, (extract_text(data) or "") if html else data.decode("utf-8", "replace"), None, None
+        elif path.lower().endswith(".zip"):
+            yield from _zip_members(path, limit)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            name = path.removesuffix(".gz").removesuffix(".GZ")
+            if name != path:
+                data = _gunzipped(data, path)
+            yield path, _page_text(data, name, path), None, None, None
+
+
+def _gunzipped(data: bytes, path: str) -> bytes:
+    import gzip
+    import zlib
+
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TryInputError(f"{path}: not a gzip file ({exc}); give the file uncompressed") from None
+
+
+def _page_text(data: bytes, name: str, path: str) -> str:
+    """The text of one text or HTML file (HTML: its main text, as a run extracts it); refused if it is binary."""
+    from corpus.api import extract_text
+
+    if b"\0" in data[:65536]:
+        raise TryInputError(
+            f"{path}: binary data, not text or HTML; give text, HTML, WARC/WET, Parquet or JSONL files (plain, .gz "
+            "or inside a .zip)"
+        )
+    if name.lower().endswith((".html", ".htm", ".xhtml")):
+        return extract_text(data) or ""
+    return data.decode("utf-8", "replace")
+
+
+def _zip_members(path: str, limit: int):
+    """The text and HTML files inside a zip archive, each one document named `archive.zip/member`."""
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:
+        raise TryInputError(f"{path}: not a zip archive ({exc})") from None
+    with archive:
+        members = [info for info in archive.infolist() if not info.is_dir()]
+        for info in members[:limit]:
+            name = f"{path}/{info.filename}"
+            yield name, _page_text(archive.read(info), info.filename, name), None, None, None
 
 
 def _dataset_documents(path: str, fmt: str, limit: int, dataset):
@@ -68,7 +110,7 @@ def _dataset_documents(path: str, fmt: str, limit: int, dataset):
         present = input_columns(stream, fmt)
     hint = ""
     if dataset is None:  # no job: the columns a documents file has, under their own names
-        dataset = DatasetOptions(**{name: name for name in ("id", "url", "lang") if name in present})
+        dataset = DatasetOptions(**{name: name for name in ("id", "url", "lang", "lang_score") if name in present})
         hint = " (give --job with a [dataset] table)"
     problem = dataset_columns_problem(dataset, path, fmt, present)
     if problem:
@@ -77,11 +119,11 @@ def _dataset_documents(path: str, fmt: str, limit: int, dataset):
         _, batches = read_dataset(stream, path, fmt, None, dataset, limit, Path(path).name)
         documents = 0
         for batch in batches:
-            for row in batch.table.select(["id", "text", "url", "lang"]).to_pylist():
+            for row in batch.table.select(["id", "text", "url", "lang", "lang_score"]).to_pylist():
                 if documents >= limit:
                     return
                 documents += 1
-                yield row["id"], row["text"], row["url"], row["lang"]
+                yield row["id"], row["text"], row["url"], row["lang"], row["lang_score"]
 
 
 def _warc_pages(path: str, limit: int):
@@ -101,7 +143,7 @@ def _warc_pages(path: str, limit: int):
                     text = record["payload"].decode("utf-8", "replace").strip()
                 if text:
                     pages += 1
-                    yield record["url"] or record["id"], text, record["url"], None
+                    yield record["url"] or record["id"], text, record["url"], None, None
 
 
 def rules_try(args: argparse.Namespace) -> int:
@@ -137,12 +179,20 @@ def rules_try(args: argparse.Namespace) -> int:
     except TryInputError as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
-    names, texts, urls, langs = (list(column) for column in zip(*documents, strict=True)) if documents else ([],) * 4
+    names, texts, urls, langs, scores = (list(c) for c in zip(*documents, strict=True)) if documents else ([],) * 5
     unknown = [i for i, lang in enumerate(langs) if lang is None]
-    found, _ = identify_language([texts[i] for i in unknown])
-    for i, lang in zip(unknown, found, strict=True):
-        langs[i] = lang
-    given = pa.table({"id": names, "text": texts, "url": pa.array(urls, pa.string()), "lang": langs})
+    found, found_scores = identify_language([texts[i] for i in unknown])
+    for i, lang, score in zip(unknown, found, found_scores, strict=True):
+        langs[i], scores[i] = lang, score
+    given = pa.table(
+        {
+            "id": names,
+            "text": texts,
+            "url": pa.array(urls, pa.string()),
+            "lang": pa.array(langs, pa.string()),
+            "lang_score": pa.array(scores, pa.float32()),
+        }
+    )
     try:  # the pipeline's own annotate and select: the same verdict at a threshold's exact value
         decided = apply_rules(given, rules=[args.rule], settings={args.rule: settings}, thresholds=select)
     except ValueError as exc:
@@ -152,13 +202,15 @@ def rules_try(args: argparse.Namespace) -> int:
     for row, text, url in zip(decided.to_pylist(), texts, urls, strict=True):
         verdict = "[red]DROP[/] " + ", ".join(row["failures"]) if row["failures"] else "[green]KEEP[/]"
         console.print(f"[bold]{row['id']}[/]  {verdict}")
+        score = "" if row["lang_score"] is None else f" ({row['lang_score']:.3f})"
+        console.print(f"   language: {row['lang'] or 'unknown'}{score}")
         for column in columns:
             value = row[column]
             console.print(f"   {column} = {value:.4g}" if isinstance(value, float) else f"   {column} = {value}")
         span = rule.offending_span(text, url)
         if span is not None:
             source = url if span.in_url else text
-            before = source[max(0, span.start - 40) : span.start].replace("\n", " ")
-            after = source[span.end : span.end + 40].replace("\n", " ")
-            console.print(f"   {span.label}: …{before}[reverse]{source[span.start : span.end]}[/]{after}…", markup=True)
+            before, after = source[max(0, span.start - 40) : span.start], source[span.end : span.end + 40]
+            excerpt = marked_span(before, source[span.start : span.end], after, console.is_terminal)
+            console.print(f"   {span.label}: …{excerpt}…")
     return 0

@@ -229,6 +229,7 @@ def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
     assert main(["inspect", str(out), "--rule", "url", "--sample", "2"]) == 0
     printed = capsys.readouterr().out
     assert "url.blocked_domain = " in printed and "(in the URL)" in printed
+    assert "»" in printed and "«" in printed  # the span marked in plain text, not only on a terminal
     assert main(["inspect", str(out), "--rule", "gopher_quality", "--kept", "--sample", "1"]) == 0
     assert "gopher_quality.words.min" in capsys.readouterr().out
     assert main(["inspect", str(out), "--rule", "nope"]) == 2

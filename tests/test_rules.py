@@ -493,6 +493,37 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     assert capsys.readouterr().out.count("line_dedup.lines_removed = 1") == 2
 
 
+def test_rules_try_identifies_languages_with_their_scores_and_reads_compressed_pages(tmp_path, capsys):
+    """English text is kept by `language` at its identified score (not 0), and the language is shown; a .html.gz page
+    is decompressed and extracted, a .zip's members are read one by one, a binary member is refused by name."""
+    import gzip
+    import zipfile
+
+    from corpus.cli import main
+
+    english = "The committee met on Tuesday to discuss the new library, which opens in the spring. " * 4
+    (tmp_path / "doc.txt").write_text(english)
+    assert main(["rules", "try", "language", str(tmp_path / "doc.txt")]) == 0
+    shown = capsys.readouterr().out
+    assert f"{tmp_path / 'doc.txt'}  KEEP" in shown and "   language: en (0.9" in shown
+    score = float(shown.split("language.score = ")[1].split()[0])
+    assert score > 0.9
+    page = f"<html><body><article><p>{english}</p></article></body></html>".encode()
+    (tmp_path / "page.html.gz").write_bytes(gzip.compress(page))
+    assert main(["rules", "try", "gopher_quality", str(tmp_path / "page.html.gz")]) == 0
+    assert "gopher_quality.words = 60\n" in capsys.readouterr().out  # the page's words, not the gzip's bytes
+    with zipfile.ZipFile(tmp_path / "pages.zip", "w") as archive:
+        archive.writestr("a.html", page)
+        archive.writestr("b.txt", "Short.")
+    assert main(["rules", "try", "gopher_quality", str(tmp_path / "pages.zip")]) == 0
+    shown = capsys.readouterr().out
+    assert f"{tmp_path / 'pages.zip'}/a.html  KEEP" in shown and f"{tmp_path / 'pages.zip'}/b.txt  DROP" in shown
+    with zipfile.ZipFile(tmp_path / "images.zip", "w") as archive:
+        archive.writestr("logo.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")
+    assert main(["rules", "try", "gopher_quality", str(tmp_path / "images.zip")]) == 2
+    assert capsys.readouterr().err.startswith(f"corpus: {tmp_path / 'images.zip'}/logo.png: binary data, not text")
+
+
 def test_rules_try_agrees_with_the_pipeline_at_an_exact_threshold(tmp_path, capsys):
     """3 of 10 lines end in '...': float32(0.3) is not above the 0.3 threshold, in `rules try` as in selection."""
     from corpus.api import apply_rules
