@@ -104,7 +104,8 @@ def _dataset_documents(path: str, fmt: str, limit: int, dataset):
     """The first `limit` documents of a dataset file, read as a run reads it; reads no further."""
     from corpus.config.inputs import dataset_columns_problem
     from corpus.engine.input_stream import InputStream
-    from corpus.stages.dataset import DatasetOptions, input_columns, read_dataset
+    from corpus.stages.dataset import DatasetOptions, read_dataset
+    from corpus.stages.dataset_columns import input_columns
 
     with InputStream(path, decompress=True) as stream:
         present = input_columns(stream, fmt)
@@ -112,6 +113,7 @@ def _dataset_documents(path: str, fmt: str, limit: int, dataset):
     if dataset is None:  # no job: the columns a documents file has, under their own names
         dataset = DatasetOptions(**{name: name for name in ("id", "url", "lang", "lang_score") if name in present})
         hint = " (give --job with a [dataset] table)"
+    dataset = dataset.for_source(path)
     problem = dataset_columns_problem(dataset, path, fmt, present)
     if problem:
         raise TryInputError(problem + hint)

@@ -20,6 +20,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from fnmatch import fnmatch
 from typing import BinaryIO
 
 import numpy as np
@@ -27,6 +28,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.dataset_columns import (
+    INPUT_COLUMN,
+    METADATA,
+    DatasetError,
+    arrow_batches,
+    extra_fields,
+    is_text_type,
+    jsonl_extra_fields,
+)
 from corpus.stages.extract import EMPTY_DROP, ExtractOptions, LanguageIdentifier
 from corpus.stages.options import StageOptions
 from corpus.stages.read import domain_of
@@ -38,28 +48,44 @@ EXTRACT_STAGE = "extract"
 TEXT_MISSING = "text_missing"
 TEXT_NOT_STRING = "text_not_string"
 JSON_ERROR = "json_parse_error"
-INPUT_COLUMN = b"input_column"  # field metadata: the input's own column, and its name there
-METADATA = "metadata"  # JSONL: a line's other fields, as a JSON object
 
 
-class DatasetError(ValueError):
-    """A dataset input that does not fit the job's `[dataset]` mapping; the message names the file and columns."""
-
-
-class DatasetOptions(StageOptions):
+class ColumnMapping(StageOptions):
     text: str = Field("text", min_length=1, description="the column (JSONL: field) holding each document's text")
     id: str = Field("", description="column of document ids; empty: the input's name and the row's position")
     url: str = Field("", description="column of URLs (URL rules, URL dedup); empty: none")
     date: str = Field("", description="column of dates (timestamps or ISO 8601 text); empty: none")
     lang: str = Field("", description="column of language codes; empty: language ID runs as for pages")
     lang_score: str = Field("", description="column of the language's probability (with lang)")
-    split_rows: int = Field(1_000_000, ge=1, description="a Parquet file splits into tasks of row groups up to this")
-    split_bytes: int = Field(256_000_000, ge=1, description="a plain JSONL file splits into byte ranges of this size")
 
     def mapped(self) -> dict[str, str]:
         """Document field -> input column, for the columns the job maps."""
         names = ("text", "id", "url", "date", "lang", "lang_score")
         return {name: getattr(self, name) for name in names if getattr(self, name)}
+
+
+class DatasetOptions(ColumnMapping):
+    split_rows: int = Field(1_000_000, ge=1, description="a Parquet file splits into tasks of row groups up to this")
+    split_bytes: int = Field(256_000_000, ge=1, description="a plain JSONL file splits into byte ranges of this size")
+    per_input: dict[str, ColumnMapping] = Field(
+        default_factory=dict,
+        description='[dataset.per_input."GLOB"]: the keys set there map the inputs whose path ends in GLOB',
+    )
+
+    def for_source(self, source: str) -> DatasetOptions:
+        """The mapping of one input: the first `per_input` glob its path ends in overrides the keys it sets."""
+        pattern = self.matching_pattern(source)
+        if pattern is None:
+            return self
+        mapping = self.per_input[pattern]
+        return self.model_copy(update={**mapping.model_dump(include=mapping.model_fields_set), "per_input": {}})
+
+    def matching_pattern(self, source: str) -> str | None:
+        return next((p for p in self.per_input if fnmatch(source, p) or fnmatch(source, f"*/{p}")), None)
+
+    def maps_languages(self) -> bool:
+        """Whether some input's languages come from its own column (its codes are then its own)."""
+        return bool(self.lang) or any(m.lang for m in self.per_input.values())
 
 
 _FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".arrow": "arrow"}
@@ -99,70 +125,6 @@ def byte_parts(size: int, split_bytes: int) -> list[tuple[int, int]]:
     return [(start, min(start + split_bytes, size)) for start in range(0, max(size, 1), split_bytes)]
 
 
-def input_columns(stream: BinaryIO, fmt: str) -> dict[str, pa.DataType | None]:
-    """The columns of a dataset input and their types (for JSONL: the fields of its first JSON object line, whose
-    types are a line's own: None)."""
-    if fmt == "parquet":
-        schema = pq.ParquetFile(stream).schema_arrow
-    elif fmt == "arrow":
-        schema = arrow_schema(stream)
-    else:
-        for _, line in zip(range(1000), stream, strict=False):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                return dict.fromkeys(row)
-        return {}
-    return {field.name: field.type for field in schema}
-
-
-def is_text_type(type_: pa.DataType) -> bool:
-    """A column type whose values are strings: plain, large, views, or dictionary-encoded (pandas' categoricals)."""
-    if pa.types.is_dictionary(type_):
-        type_ = type_.value_type
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
-
-
-def extra_fields(schema: pa.Schema, options: DatasetOptions) -> list[pa.Field]:
-    """The stored fields of the input's unmapped columns: each marked as the input's, renamed `input.NAME` where
-    NAME is one of the documents' own."""
-    used = set(options.mapped().values())
-    fields = []
-    for field in schema:
-        if field.name in used:
-            continue
-        name = f"input.{field.name}" if field.name in DOCUMENTS.names else field.name
-        fields.append(pa.field(name, field.type, metadata={INPUT_COLUMN: field.name.encode()}))
-    return fields
-
-
-def stored_extra_fields(schema: pa.Schema) -> list[pa.Field]:
-    """The input's own columns among a stored documents file's fields."""
-    return [field for field in schema if field.metadata and INPUT_COLUMN in field.metadata]
-
-
-def jsonl_extra_fields() -> list[pa.Field]:
-    return [pa.field(METADATA, pa.string(), metadata={INPUT_COLUMN: b"", b"doc": b"the line's other fields, JSON"})]
-
-
-def arrow_schema(stream: BinaryIO) -> pa.Schema:
-    return _arrow_batches(stream).schema
-
-
-def _arrow_batches(stream: BinaryIO):
-    """A reader of an Arrow IPC stream (what `datasets` writes) or file."""
-    try:
-        return pa.ipc.open_stream(stream)
-    except pa.ArrowInvalid:
-        stream.seek(0)
-        file = pa.ipc.open_file(stream)
-        return pa.RecordBatchReader.from_batches(
-            file.schema, (file.get_batch(i) for i in range(file.num_record_batches))
-        )
-
-
 def read_dataset(
     stream: BinaryIO,
     source: str,
@@ -184,7 +146,7 @@ def read_dataset(
         schema = file.schema_arrow
         batches = file.iter_batches(batch_size=batch_size, row_groups=groups) if groups else iter(())
     else:
-        reader = _arrow_batches(stream)
+        reader = arrow_batches(stream)
         first_row, schema, batches = 0, reader.schema, _rebatched(reader, batch_size)
     absent = [name for name in options.mapped().values() if name not in schema.names]
     if absent:

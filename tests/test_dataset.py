@@ -150,6 +150,58 @@ def test_compressed_jsonl_and_a_hugging_face_folder(documents, tmp_path):
     assert None not in stored.column("lang").to_pylist()  # identified, as no `lang` column is mapped
 
 
+def test_inputs_with_other_columns_and_their_own_mappings_store_one_dataset_every_reader_reads(documents, tmp_path):
+    """A Parquet input with its own columns, a second one with other columns (one widened from int32 to int64), and
+    a JSONL file whose text is in another field (mapped for it alone): every documents file has one schema, with
+    every input's columns (null where an input lacks one), read whole by pyarrow, polars, duckdb and `datasets`."""
+    datasets = pytest.importorskip("datasets", reason="the dev extra installs Hugging Face datasets")
+    import duckdb
+    import polars
+
+    pq.write_table(documents.slice(0, 30), tmp_path / "a.parquet")
+    widened = documents.slice(30, 30).set_column(3, "crawl", documents.slice(30, 30).column("crawl").cast(pa.int64()))
+    pq.write_table(widened.append_column("topic", pa.array(["news"] * 30)), tmp_path / "b.parquet")
+    lines = [
+        {"content": row["body"], "key": row["doc_id"], "site": "forum"} for row in documents.slice(60, 30).to_pylist()
+    ]
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    own = '[dataset.per_input."c.jsonl"]\ntext = "content"\nid = "key"\nurl = ""\n'
+    inputs = [tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "c.jsonl"]
+    job, stats = _run(tmp_path, inputs, MAPPING + own + RULES)
+    assert stats["stages"]["read"]["kept"] == 90 and stats["totals"]["unaccounted"] == 0
+    files = sorted((tmp_path / "out" / "documents").glob("*.parquet"))
+    assert len(files) == 3 and len({pq.read_schema(file) for file in files}) == 1
+    stored = pq.read_table(tmp_path / "out" / "documents").sort_by("id")
+    assert stored.schema.field("crawl").type == pa.int64() and stored.schema.field("topic").type == pa.string()
+    rows = {row["id"]: row for row in stored.select(["id", "crawl", "topic", "metadata", "url"]).to_pylist()}
+    first, second, third = (documents.column("doc_id")[i].as_py() for i in (0, 30, 60))
+    assert (rows[first]["crawl"], rows[first]["topic"], rows[first]["metadata"]) == (0, None, None)
+    assert (rows[second]["crawl"], rows[second]["topic"]) == (30, "news")
+    assert (rows[third]["crawl"], rows[third]["url"], json.loads(rows[third]["metadata"])) == (
+        None,
+        None,
+        {"site": "forum"},
+    )
+    pattern = str(tmp_path / "out" / "documents" / "*.parquet")
+    read = {
+        "polars": polars.read_parquet(pattern),
+        "duckdb": duckdb.sql(f"SELECT * FROM read_parquet('{pattern}')").to_arrow_table(),
+        "datasets": datasets.load_dataset("parquet", data_files=pattern, split="train"),
+    }
+    for reader, table in read.items():
+        names = table.columns if reader == "polars" else table.column_names
+        assert len(table) == 90 and list(names) == stored.column_names, reader
+    assert read["polars"]["topic"].null_count() == 60
+
+
+def test_a_per_input_mapping_that_matches_no_input_is_refused_at_load(documents, tmp_path):
+    pq.write_table(documents.slice(0, 5), tmp_path / "docs.parquet")
+    own = '[dataset.per_input."forum-*.jsonl"]\ntext = "content"\n'
+    job = write_job(tmp_path, [str(tmp_path / "docs.parquet")], tmp_path / "out", MAPPING + own)
+    with pytest.raises(JobError, match=r"key 'dataset.per_input.forum-\*.jsonl': no input's path ends in this glob"):
+        load_job(job)
+
+
 def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(documents, tmp_path):
     pq.write_table(documents.slice(0, 5), tmp_path / "docs.parquet")
     job = write_job(tmp_path, [str(tmp_path / "docs.parquet")], tmp_path / "out")

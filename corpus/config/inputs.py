@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.config import JobError, no_such_file
-from corpus.stages.dataset import DatasetOptions, dataset_format, input_columns, is_text_type
+from corpus.stages.dataset import DatasetOptions, dataset_format
+from corpus.stages.dataset_columns import input_columns, is_text_type
 
 if TYPE_CHECKING:
     from corpus.config.job import Job
@@ -118,6 +119,12 @@ def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str
     """Each local dataset input (and the first remote one) has the columns `dataset` maps (JSONL: the first object
     has the text field); refused at load (`path`: the job file), with the file and the columns it has. Remote files
     after the first are checked by their tasks."""
+    unmatched = [p for p in dataset.per_input if not any(dataset.matching_pattern(s) == p for s in inputs)]
+    if unmatched:
+        raise JobError(
+            f"{path}: key 'dataset.per_input.{unmatched[0]}': no input's path ends in this glob (a glob maps the "
+            "inputs it matches that no glob before it matched); check it against the job's inputs"
+        )
     remote_checked = False
     for source in inputs:
         fmt = dataset_format(source)
@@ -129,7 +136,7 @@ def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str
                 columns = input_columns(stream, fmt)
         except (OSError, ValueError, pa.ArrowException) as exc:
             raise JobError(f"{path}: key 'inputs': cannot read {source} as {fmt}: {exc}") from None
-        problem = dataset_columns_problem(dataset, source, fmt, columns)
+        problem = dataset_columns_problem(dataset.for_source(source), source, fmt, columns)
         if problem:
             raise JobError(f"{path}: {problem}")
 

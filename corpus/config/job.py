@@ -69,9 +69,18 @@ class Job(StageOptions):
     rule_settings: tuple[tuple[str, dict], ...] = ()  # (rule name, validated options) in annotate order
     thresholds: tuple = ()  # stages.select.Threshold, in selection order
     documents_from: str = ""  # another run's output whose documents and signals this job selects (an ablation variant)
+    input_schema: bytes = b""  # the datasets' own columns every documents file stores (an Arrow schema), from the plan
 
 
-INTERNAL_FIELDS = ("source_file", "source_sha256", "resolved_inputs", "rule_settings", "thresholds", "documents_from")
+INTERNAL_FIELDS = (
+    "source_file",
+    "source_sha256",
+    "resolved_inputs",
+    "rule_settings",
+    "thresholds",
+    "documents_from",
+    "input_schema",
+)
 
 
 def _format_error(path: Path, error: dict) -> str:
@@ -179,7 +188,7 @@ def _check_languages(job: Job, rule_settings: tuple, path: Path) -> None:
     check_language_codes(
         {
             "extract.prepass_languages": job.extract.prepass_languages,
-            "rules.language.languages": language["languages"] if language and not job.dataset.lang else [],
+            "rules.language.languages": language["languages"] if language and not job.dataset.maps_languages() else [],
         },
         job.extract.lid_model,
         path,

@@ -56,7 +56,7 @@ def _rule_entries(job: Job, names: set[str] | None = None) -> list:
 def annotate_fingerprint(job: Job) -> str:
     """Hash of the rules computed, their versions and settings (with the contents of the files they name: a model
     retrained in place), and of the dedup keys stored: signals made under another one are recomputed. Dedup's
-    bands and rows are not in it: they only regroup stored signatures."""
+    bands and rows are not in it: they only regroup stored signatures. The datasets' own columns are in it."""
     rules = _rule_entries(job)
     keys = [field.name for field in key_fields(job.dedup)]
     if "exact" in job.dedup.stored_keys():
@@ -65,6 +65,8 @@ def annotate_fingerprint(job: Job) -> str:
         minhash = job.dedup.minhash
         keys.append({"ngram": minhash.ngram, "permutations": minhash.permutations, "seed": minhash.seed})
     content = {"rules": rules, "dedup_keys": keys} if keys else rules  # without dedup: as before dedup existed
+    if job.input_schema:  # the datasets' columns every file stores: an input with a new column rewrites them all
+        content = {"signals": content, "input_schema": hashlib.sha256(job.input_schema).hexdigest()}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -22,6 +22,7 @@ from corpus.engine.keys import annotate_fingerprint
 from corpus.engine.run_folder import PLAN, RunFolder
 from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.dataset import DatasetOptions, byte_parts, dataset_format, row_group_parts, splittable
+from corpus.stages.dataset_columns import DatasetError, arrow_schema, extra_fields, jsonl_extra_fields, unified_fields
 
 PLAN_SCHEMA = pa.schema([("ordinal", pa.int64()), ("id", pa.string()), ("source", pa.string())])
 
@@ -59,39 +60,61 @@ def shard_id(source: str) -> str:
     return f"{stem}-{hashlib.sha1(source.encode()).hexdigest()[:8]}"
 
 
-def input_parts(source: str, options: DatasetOptions) -> list[tuple[int, int] | None]:
-    """The parts a dataset input splits into (one task each); [None] for a crawl file or an unsplittable input, and
-    for one that cannot be read here (remote inputs past the first are not checked at load): its task reads it
-    whole, or fails naming why, and the other inputs go on."""
+def input_parts(source: str, options: DatasetOptions) -> tuple[list[tuple[int, int] | None], list[pa.Field] | None]:
+    """(the parts a dataset input splits into, one task each, [None] for a crawl file or an unsplittable input;
+    the input's own columns as stored, `input_fields`, None for a crawl file or an input that cannot be read
+    here: remote inputs past the first are not checked at load, and its task reads it whole, or fails naming why,
+    while the other inputs go on)."""
     fmt = dataset_format(source)
+    if fmt is None:
+        return [None], None
+    parts: list[tuple[int, int] | None] = [None]
     try:
-        if fmt == "parquet":
-            with InputStream(source) as stream:
-                metadata = pq.ParquetFile(stream).metadata
-            counts = [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
-            parts = row_group_parts(counts, options.split_rows)
-        elif splittable(source):
-            parts = byte_parts(input_identity(source)["size"], options.split_bytes)
+        if fmt == "jsonl":
+            fields = jsonl_extra_fields()
+            if splittable(source):
+                parts = byte_parts(input_identity(source)["size"], options.split_bytes)
         else:
-            return [None]
+            with InputStream(source) as stream:
+                if fmt == "parquet":
+                    file = pq.ParquetFile(stream)
+                    counts = [file.metadata.row_group(group).num_rows for group in range(file.num_row_groups)]
+                    parts = row_group_parts(counts, options.split_rows)
+                    fields = extra_fields(file.schema_arrow, options)
+                else:
+                    fields = extra_fields(arrow_schema(stream), options)
     except (OSError, ValueError, pa.ArrowException):
-        return [None]
-    return parts if len(parts) > 1 else [None]
+        return [None], None
+    return (parts if len(parts) > 1 else [None]), fields
 
 
 def make_plan(job: Job) -> Plan:
-    """The job's shards: one per input, or per part of a large dataset input. A job that selects from another run's
-    documents (an ablation variant), or that was loaded without its inputs (a finished run read back: a job always
-    has inputs, so none resolved means none were read), has the shards its documents run planned."""
+    """The job's shards: one per input, or per part of a large dataset input, and the datasets' own columns in one
+    schema (`Job.input_schema`). A job that selects from another run's documents (an ablation variant), or that
+    was loaded without its inputs (a finished run read back: a job always has inputs, so none resolved means none
+    were read), has the shards its documents run planned."""
     if job.documents_from or not job.resolved_inputs:
         return Plan(options=job, shards=stored_shards(documents_folder(job)))
     shards = []
+    fields_by_input = {}
     for source in job.resolved_inputs:
-        parts = input_parts(source, job.dataset)
+        parts, fields = input_parts(source, job.dataset.for_source(source))
+        if fields is not None:
+            fields_by_input[source] = fields
         for part in parts:
             suffix = "" if part is None else f"-part{part[0]:06d}"
             shards.append(Shard(len(shards), shard_id(source) + suffix, source, part))
-    return Plan(options=job.model_copy(update={"resolved_inputs": ()}), shards=tuple(shards))
+    try:
+        unified = unified_fields(fields_by_input)
+    except DatasetError as exc:
+        raise JobError(f"{job.source_file}: key 'inputs': {exc}") from None
+    schema = pa.schema(unified).serialize().to_pybytes() if unified else b""
+    return Plan(options=job.model_copy(update={"resolved_inputs": (), "input_schema": schema}), shards=tuple(shards))
+
+
+def input_schema_fields(job: Job) -> list[pa.Field]:
+    """The datasets' own columns every documents file of the run stores, after its signals and keys."""
+    return list(pa.ipc.read_schema(pa.py_buffer(job.input_schema))) if job.input_schema else []
 
 
 def write_plan(folder: RunFolder, plan: Plan) -> None:

@@ -12,17 +12,13 @@ from corpus import __version__
 from corpus.config.job import Job
 from corpus.engine.input_stream import InputStream
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
-from corpus.engine.plan import Shard, document_rules, shard_id
+from corpus.engine.plan import Shard, document_rules, input_schema_fields, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, prefiltered_path, prepassed_path, shard_report_path
 from corpus.engine.tasks import Context, Task, kind, stop_if_interrupted
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
-from corpus.stages.dataset import (
-    dataset_format,
-    identify_documents,
-    read_dataset,
-    stored_extra_fields,
-)
+from corpus.stages.dataset import dataset_format, identify_documents, read_dataset
+from corpus.stages.dataset_columns import conformed_columns
 from corpus.stages.dedup import add_dedup_keys, key_fields
 from corpus.stages.extract import PREPASS_SCHEMA, extract_documents
 from corpus.stages.prefilter import prefilter_records, prefiltered_schema
@@ -41,8 +37,9 @@ class InputFailed(Exception):
 
 
 def documents_schema(job: Job) -> pa.Schema:
-    """The stored documents: `DOCUMENTS`, one column per document-rule signal, then the dedup keys."""
-    return pa.schema([*annotated_schema(document_rules(job)), *key_fields(job.dedup)])
+    """The stored documents: `DOCUMENTS`, one column per document-rule signal, the dedup keys, then the datasets'
+    own columns (every input's, so that every file of a run has this one schema)."""
+    return pa.schema([*annotated_schema(document_rules(job)), *key_fields(job.dedup), *input_schema_fields(job)])
 
 
 def shard_key(job: Job) -> str:
@@ -56,12 +53,21 @@ def shard_task(shard: Shard, key: str, stored: dict | None) -> Task:
     return Task("reannotate" if stored is not None else "extract", shard.id, key, shard_report_path(shard.id), shard)
 
 
-def _with_extras(documents: pa.Table, source: pa.Table, extras: list[pa.Field]) -> pa.Table:
-    """The stored documents with the input's own columns (a dataset's) after them."""
-    if not extras:
-        return documents
-    columns = [source.column(field.name) for field in extras]
-    return pa.Table.from_arrays([*documents.columns, *columns], schema=pa.schema([*documents.schema, *extras]))
+def _with_input_columns(documents: pa.Table, source: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The stored documents with the inputs' own columns after them, as `schema` (the run's) has them."""
+    fields = list(schema)[documents.num_columns :]
+    return pa.Table.from_arrays([*documents.columns, *conformed_columns(source, fields)], schema=schema)
+
+
+def _unplanned_columns(extras: list[pa.Field], schema: pa.Schema, source: str) -> None:
+    """Refuse an input with columns the run's plan did not see (it could not read the input then): stored, they
+    would be lost; the next run plans them."""
+    unplanned = [field.name for field in extras if field.name not in schema.names]
+    if unplanned:
+        raise InputFailed(
+            f"{source}: columns {', '.join(unplanned)} were not in the run's schema (the input could not be read when "
+            "the run was planned); run the job again to plan them"
+        )
 
 
 class _PagesTold:
@@ -98,17 +104,20 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     totals = {stage: StageCounts(stage) for stage in STAGES}
     fmt = dataset_format(shard.source)  # None for a crawl file
     dataset = fmt is not None
+    mapping = job.dataset.for_source(shard.source)
+    schema = documents_schema(job)
     told = _PagesTold(context.on_progress)
     opened = InputStream(shard.source, decompress=dataset)
     with opened as stream:
         if dataset:
             extras, batches = read_dataset(
-                stream, shard.source, fmt, shard.part, job.dataset, job.read.batch_size, shard_id(shard.source)
+                stream, shard.source, fmt, shard.part, mapping, job.read.batch_size, shard_id(shard.source)
             )
+            _unplanned_columns(extras, schema, shard.label)
         else:
-            extras, batches = [], read_records(stream, shard.source, job.read)
+            batches = read_records(stream, shard.source, job.read)
         prefiltered, prepassed = [], []
-        with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
+        with folder.parquet_writer(documents_path(shard.id), schema) as writer:
             read_started = time.perf_counter()
             for records in batches:
                 stop_if_interrupted()
@@ -118,7 +127,7 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
                     prefiltered.append(pages.dropped)
                 told.count = 0
                 if dataset:
-                    documents = identify_documents(pages.table, job.extract, identify_languages=not job.dataset.lang)
+                    documents = identify_documents(pages.table, job.extract, identify_languages=not mapping.lang)
                 else:
                     documents = extract_documents(pages.table, job.extract, told if context.on_progress else None)
                     if documents.dropped is not None:
@@ -127,7 +136,8 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
                 annotated = annotate_documents(documents.table, rules, docs)
                 chain = [records.counts, pages.counts, documents.counts, annotated.counts]
                 check_chain(chain, shard.label)
-                writer.write(_with_extras(add_dedup_keys(annotated.table, job.dedup, docs), documents.table, extras))
+                keyed = add_dedup_keys(annotated.table, job.dedup, docs)
+                writer.write(_with_input_columns(keyed, documents.table, schema))
                 for counts in chain:
                     totals[counts.stage].merge(counts)
                 if context.on_progress:
@@ -166,12 +176,12 @@ def reannotate_shard(job: Job, task: Task, context: Context) -> dict:
     report = folder.read_json(shard_report_path(shard.id))
     rules = document_rules(job)
     counts = StageCounts("annotate")
-    extras = stored_extra_fields(folder.parquet_schema(documents_path(shard.id)))
-    with folder.parquet_writer(documents_path(shard.id), pa.schema([*documents_schema(job), *extras])) as writer:
+    schema = documents_schema(job)
+    with folder.parquet_writer(documents_path(shard.id), schema) as writer:
         for table in folder.iter_batches(documents_path(shard.id), job.read.batch_size):
             docs = DocumentBatch.from_table(table.select(DOCUMENTS.names))
             annotated = annotate_documents(table, rules, docs)
-            writer.write(_with_extras(add_dedup_keys(annotated.table, job.dedup, docs), table, extras))
+            writer.write(_with_input_columns(add_dedup_keys(annotated.table, job.dedup, docs), table, schema))
             counts.merge(annotated.counts)
     return {
         **report,
