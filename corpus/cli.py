@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--out", help="the HTML file (default: RUN/report.html)")
     report.add_argument("--sample", type=_at_least(0), default=5, help="documents shown per rule (%(default)s)")
     report.add_argument("--seed", type=_at_least(0), default=0, help="seed of the samples (%(default)s)")
-    report.add_argument("--select", help="a TOML file with a [select] table: report that selection instead")
+    report.add_argument("--select", help="a TOML file with a [select] table: its thresholds override the job's")
     report.set_defaults(handler=report_command)
     inspect = commands.add_parser("inspect", help="a rule's dropped documents (or kept ones near its threshold)")
     inspect.add_argument("run", help="a run's output folder")
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--sample", type=_at_least(0), default=5, help="documents shown (%(default)s)")
     inspect.add_argument("--seed", type=_at_least(0), default=0, help="seed of the sample (%(default)s)")
     inspect.add_argument("--kept", action="store_true", help="kept documents nearest the rule's thresholds")
-    inspect.add_argument("--select", help="a TOML file with a [select] table: inspect that selection instead")
+    inspect.add_argument("--select", help="a TOML file with a [select] table: its thresholds override the job's")
     inspect.set_defaults(handler=inspect_command)
 
     add_ablate_commands(commands)

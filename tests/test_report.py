@@ -166,6 +166,27 @@ def test_a_hypothetical_selection_reports_what_a_threshold_would_drop_without_to
     assert {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()} == stamps
 
 
+def test_a_select_file_merges_into_the_jobs_thresholds_and_keeps_the_runs_duplicates(sample_run, tmp_path):
+    """A select file that restates one of the job's thresholds reports the run exactly (dedup included, in the job's
+    order of steps); one that raises one threshold drops more by that rule alone, every other threshold the job's."""
+    out, _ = sample_run
+    actual = report_data(load_run(out))
+    same = tmp_path / "same.toml"
+    same.write_text("[select]\ntop_word.frac.max = 0.3\n")
+    restated = report_data(load_run(out, same))
+    assert restated["funnel"] == actual["funnel"][: len(restated["funnel"])]
+    assert list(restated["dedup"]) == ["url_duplicate", "exact_duplicate", "minhash_duplicate"]
+    assert restated["dedup"] == actual["dedup"] and sum(actual["dedup"].values()) > 0
+    stricter = tmp_path / "stricter.toml"
+    stricter.write_text("[select]\ntop_word.frac.max = 0.1\n")
+    data = report_data(load_run(out, stricter))
+    assert {t for t in data["failing"] if not t.startswith("top_word")} == {
+        t for t in actual["failing"] if not t.startswith("top_word")
+    }
+    assert data["failing"]["top_word.frac.max"] > actual["failing"]["top_word.frac.max"]
+    assert data["funnel"][-1]["documents"] < actual["funnel"][-2]["documents"]
+
+
 def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_errors(sample_run, tmp_path):
     browser = _browser()
     out, _ = sample_run

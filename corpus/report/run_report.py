@@ -2,8 +2,8 @@
 
 `load_run(run_dir)` gathers, per document, its URL, domain, word count, every signal the job's thresholds read,
 and its selection (kept, first failure, every failure, the duplicate it matched). With `select_file` (a TOML file
-with a `[select]` table, as in a job), the thresholds are that file's instead and are applied to the stored
-signals: "what would this threshold delete?" (dedup is not re-run for a hypothetical selection).
+with a `[select]` table, as in a job), that file's thresholds replace the job's same ones and are applied to the
+stored signals: "what would this threshold delete?" (dedup is not re-run: the run's duplicates stay duplicates).
 
 `report_data` computes the funnel (down to what the token shards hold), per-rule drops (alone and exclusively:
 documents, words, and tokens by the run's tokenizer when it has one), the overlap between rules, samples of
@@ -76,7 +76,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise JobError(f"{select_path}: cannot read a [select] table: {exc}") from None
         try:  # the job's own paths stay relative to the job file; a mistake in [select] names the select file
-            _, thresholds = resolve_rules(job.model_copy(update={"select": select}), job_file)
+            _, thresholds = resolve_rules(job.model_copy(update={"select": merged(job.select, select)}), job_file)
         except JobError as exc:
             raise JobError(str(exc).replace(str(job_file), str(select_path))) from None
         job = job.model_copy(update={"thresholds": thresholds})
@@ -92,9 +92,9 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
                 ["kept", "first_failure", "failures", "duplicate_of"]
             )
         else:
-            selection = select_documents(signals, thresholds)[0].table.select(
-                ["kept", "first_failure", "failures", "duplicate_of"]
-            )
+            selected = select_documents(signals, thresholds)[0].table
+            ran = run.read_table(selection_path(shard_id), columns=["first_failure", "duplicate_of"])
+            selection = _with_run_duplicates(selected, ran)
         words = pc.list_value_length(pc.utf8_split_whitespace(documents.column("text")))
         table = signals
         for name in ("url", "domain"):
@@ -119,6 +119,39 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
     if job.extract.prepass_languages:
         prepassed = _stored_pages(run, prepassed_path, shard_ids, PREPASS_SCHEMA)
     return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered, prepassed)
+
+
+def merged(job_select: dict, select: dict) -> dict:
+    """The job's `[select]` with a select file's on top: each threshold the file sets replaces the job's, every other
+    stays (a file that sets `words.min` leaves the job's `words.max` and other rules as they were); a file that
+    lists `rules` selects by those rules only."""
+    result = dict(job_select)
+    if "rules" in select:
+        result = {key: value for key, value in result.items() if not isinstance(value, dict) or key in select["rules"]}
+    for key, value in select.items():
+        both_tables = isinstance(value, dict) and isinstance(result.get(key), dict)
+        result[key] = merged(result[key], value) if both_tables else value
+    return result
+
+
+def _with_run_duplicates(selected: pa.Table, ran: pa.Table) -> pa.Table:
+    """A hypothetical selection with the run's dedup decisions: dedup is not re-run, so a document the run dropped
+    as a duplicate is one still, where the new thresholds keep it."""
+    kept = selected.column("kept").to_numpy(zero_copy_only=False).copy()
+    first = selected.column("first_failure").to_pylist()
+    failures = selected.column("failures").to_pylist()
+    duplicate_of = [None] * len(kept)
+    for row, (reason, original) in enumerate(zip(*(ran.column(c).to_pylist() for c in ran.column_names), strict=True)):
+        if kept[row] and reason in STEP_REASONS.values():
+            kept[row], first[row], failures[row], duplicate_of[row] = False, reason, [reason], original
+    return pa.table(
+        {
+            "kept": pa.array(kept),
+            "first_failure": pa.array(first, pa.string()),
+            "failures": pa.array(failures, selected.schema.field("failures").type),
+            "duplicate_of": pa.array(duplicate_of, pa.string()),
+        }
+    )
 
 
 def _job_as_run(run, stats: dict) -> Job:
@@ -247,8 +280,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     }
     failing = {reason: counted.get(reason, 0) for reason in reasons}
     overlap = (fails.T.astype(np.int64) @ fails.astype(np.int64)).tolist()
-    duplicates = [reason for reason in dict.fromkeys(first.drop_null().to_pylist()) if reason.endswith("_duplicate")]
-    dedup = {reason: int((first_rule == reason).sum()) for reason in duplicates}
+    dedup = {STEP_REASONS[step]: int((first_rule == STEP_REASONS[step]).sum()) for step in view.job.dedup.steps}
 
     rng = np.random.default_rng(seed)
     sampled: dict[str, list[int]] = {}
