@@ -75,6 +75,7 @@ class Rule:
     Options: ClassVar[type[BaseModel]] = NoOptions
     modifies_text: ClassVar[bool] = False
     sees_modified_text: ClassVar[bool] = False  # in the default order, run after the modifiers
+    position: ClassVar[int] = 100  # in the default order: FineWeb's pipeline 10-60 first, every other rule after
     opt_in: ClassVar[bool] = False  # not in the default order: only where `[annotate] rules` names it
     reads_text: ClassVar[bool] = True  # False: URL and metadata only, so it may run before extraction
 

@@ -274,6 +274,7 @@ class C4(Rule):
     """C4's line removal (terminal punctuation, javascript, policy lines...) and page drops (Raffel et al. 2020)."""
 
     name = "c4"
+    position = 50  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     modifies_text = True
     signals = (
         Signal("sentences", pa.int32(), "sentences in the lines C4 keeps"),

@@ -69,6 +69,7 @@ class FineWeb(Rule):
     """Line punctuation, short lines, repeated-line characters, newlines per word (FineWeb, Penedo et al. 2024)."""
 
     name = "fineweb"
+    position = 60  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     sees_modified_text = True  # FineWeb applies it to C4's surviving lines
     signals = (
         Signal("line_punct_ratio", pa.float32(), "share of non-empty lines ending in terminal punctuation"),

@@ -96,6 +96,7 @@ class GopherQuality(Rule):
     """Word count and length, symbol ratios, bullet and ellipsis lines, letters, stop words (Gopher)."""
 
     name = "gopher_quality"
+    position = 40  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     signals = (
         Signal("words", pa.int32(), "words that are not pure punctuation"),
         Signal("mean_word_length", pa.float32(), "mean characters per such word"),

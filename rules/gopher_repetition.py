@@ -168,6 +168,7 @@ class GopherRepetition(Rule):
     """Repeated lines, paragraphs and n-grams (Gopher, Rae et al. 2021, Table A1)."""
 
     name = "gopher_repetition"
+    position = 30  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     signals = (
         Signal("dup_para_frac", pa.float32(), "share of paragraphs that repeat an earlier one"),
         Signal("dup_para_char_frac", pa.float32(), "characters in repeated paragraphs / len(text)"),

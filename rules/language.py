@@ -20,6 +20,7 @@ class Language(Rule):
         languages: list[str] = ["en"]
 
     name = "language"
+    position = 20  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     signals = (
         Signal("allowed", pa.bool_(), "lang is one of the job's `languages`"),
         Signal("score", pa.float32(), "lang_score when allowed, else 0"),

@@ -158,6 +158,7 @@ class Url(Rule):
         drop_domains: list[str] = []
 
     name = "url"
+    position = 10  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     reads_text = False
     signals = (
         Signal("blocked_domain", pa.bool_(), "the host or a parent domain is on the blocklist"),

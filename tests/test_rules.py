@@ -269,6 +269,20 @@ def test_dirty_words_refuses_a_job_without_lists(tmp_path):
     assert "dirty_words" not in default_rule_order(discover())  # opt-in: a job without lists is not refused
 
 
+def test_the_default_order_is_finewebs_then_the_other_rules_and_decides_first_failures():
+    """With no `[annotate] rules`, FineWeb's published order comes first, so a non-English page with few words is
+    credited to `language`, as FineWeb's pipeline would drop it."""
+    from corpus.api import apply_rules
+
+    order = default_rule_order(discover())
+    assert order[:6] == ["url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb"]
+    assert order.index("pii") > order.index("top_word")  # modifiers after the plain rules
+    decided = apply_rules(pa.table({"text": ["Ceci est un texte court."], "lang": ["fr"], "lang_score": [0.9]}))
+    failures = decided.column("failures")[0].as_py()
+    assert decided.column("first_failure")[0].as_py() == "language.allowed.min" == failures[0]
+    assert "gopher_quality.words.min" in failures
+
+
 def test_language_allowed_and_score():
     values = signals("language", ["x", "y", "z"], langs=["en", "fr", "en"], scores=[0.9, 0.99, 0.5], languages=["en"])
     assert values["allowed"] == [True, False, True]

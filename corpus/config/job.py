@@ -214,13 +214,15 @@ def check_language_codes(asked: dict[str, list[str]], lid_model: str, path: Path
 
 
 def default_rule_order(registry: dict) -> list[str]:
-    """Every rule but the opt-in ones: plain ones first, then modifiers, then those written to see modified text
-    (FineWeb after C4)."""
-    registry = {name: rule for name, rule in registry.items() if not rule.opt_in}
-    plain = [n for n, r in registry.items() if not r.modifies_text and not r.sees_modified_text]
-    modifiers = [n for n, r in registry.items() if r.modifies_text]
-    after = [n for n, r in registry.items() if r.sees_modified_text and not r.modifies_text]
-    return plain + modifiers + after
+    """Every rule but the opt-in ones, in FineWeb's published order (url, language, Gopher repetition, Gopher
+    quality, C4, FineWeb: each rule's `position`), then the others: plain ones, modifiers, those written to see
+    modified text, each by name. A document's first failure is the first rule in this order it fails."""
+
+    def place(name: str) -> tuple:
+        rule = registry[name]
+        return rule.position, rule.modifies_text + 2 * (rule.sees_modified_text and not rule.modifies_text), name
+
+    return sorted((name for name, rule in registry.items() if not rule.opt_in), key=place)
 
 
 def _check_rule_names(path: Path, key: str, names, registry: dict) -> None:
