@@ -402,6 +402,24 @@ def test_pii_masks_an_ip_address_at_the_end_of_a_sentence_and_no_longer_dotted_n
     assert masked == ["The server is at <IP_ADDRESS>.", "<IP_ADDRESS> now.", texts[2]]
 
 
+def test_pii_masks_international_and_national_phone_numbers_and_no_version_number():
+    texts = [
+        "London office: +44 20 7946 0958, or 020 7946 0958 from the UK.",
+        "Paris : 01 23 45 67 89. Berlin: (030) 1234 5678.",
+        "Upgrade to version 1.2.3.4 or v 10.0.0.1; the server is 10.0.0.1.",
+        "Scores 12 34 and 3-2, room 101, year 2024, +3 points.",
+    ]
+    values = signals("pii", texts)
+    assert values["phones"] == [2, 2, 0, 0] and values["ip_addresses"] == [0, 0, 1, 0]
+    _, masked = discover()["pii"]().modify(DocumentBatch(texts))
+    assert masked[:3] == [
+        "London office: <PHONE>, or <PHONE> from the UK.",
+        "Paris : <PHONE>. Berlin: <PHONE>.",
+        "Upgrade to version 1.2.3.4 or v 10.0.0.1; the server is <IP_ADDRESS>.",
+    ]
+    assert masked[3] == texts[3]
+
+
 def test_pii_masks_only_the_kinds_asked_and_counts_all():
     text = "Mail jane@example.org, call 555-123-4567, host 10.0.0.1."
     rule_class = discover()["pii"]
@@ -668,9 +686,10 @@ def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_
     from corpus.text.words import character_classes
 
     rng = random.Random(5)
-    texts = ["".join(rng.choice("1234 .-a٣") for _ in range(rng.randint(0, 14))) for _ in range(20_000)]
+    texts = ["".join(rng.choice("1234 .-a٣+") for _ in range(rng.randint(0, 14))) for _ in range(20_000)]
     phone, ip = _may_hold(*DocumentBatch(texts).code_points, character_classes())
-    assert phone.tolist() == [bool(re.search(r"\d\d\d[ .-]\d\d\d\d", t)) for t in texts]
+    phones = re.compile(r"\d\d\d[ .-]\d\d\d\d|\+\d|\d\d[ .-]\d\d[ .-]\d\d[ .-]\d\d")
+    assert phone.tolist() == [bool(phones.search(t)) for t in texts]
     assert ip.tolist() == [bool(re.search(r"\.\d{1,3}\.\d{1,3}\.", t)) for t in texts]
 
 
