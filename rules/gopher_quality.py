@@ -1,19 +1,25 @@
 """Gopher quality: word counts and lengths, symbols, bullets, ellipses, letters and stop words.
 
 Rae et al. 2021 ("Gopher"), section A.1.1, as datatrove's `GopherQualityFilter` computes it: words are counted
-without pure-punctuation tokens; the hash and ellipsis ratios are per word (all tokens); bullets and ellipses
-are per line; the stop-word test counts distinct words among the, be, to, of, and, that, have, with.
+without pure-punctuation tokens; the hash and ellipsis ratios are per word (all tokens); the share of words with a
+letter is of all tokens too, punctuation included (`alpha_words_of = "words"`: of the words apart by white space,
+as the paper defines it); bullets and ellipses are per line; the stop-word test counts distinct words among the,
+be, to, of, and, that, have, with.
 Per-word properties come from the shared vocabulary; the per-document work is two Numba passes, one over the
 batch's word ids and one over its code points (lines, bullets, ellipses, '#').
 """
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Literal
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from numba import njit
 
-from corpus.rulebook import Rule, Signal, register
+from corpus.rulebook import Rule, RuleOptions, Signal, register
 from corpus.text.batch import DocumentBatch
 from corpus.text.words import SPACE, character_classes
 
@@ -91,9 +97,45 @@ def _word_marks(offsets, ids, is_symbol, length, has_letter, stop_bit):
     return out
 
 
+@cache
+def _letters() -> np.ndarray:
+    """Per code point: whether it is a letter (Unicode category L, as `str.isalpha`)."""
+    every = pa.array([chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000])
+    valid = np.r_[np.arange(0xD800), np.arange(0xE000, 0x110000)]
+    letters = np.zeros(0x110000, np.bool_)
+    letters[valid] = pc.utf8_is_alpha(every).to_numpy(zero_copy_only=False)
+    return letters
+
+
+@njit(cache=True)
+def _space_words(cp, text_offsets, flags, letters):
+    """Per text: words apart by white space (`str.split()`), and those with at least one letter."""
+    out = np.zeros((len(text_offsets) - 1, 2), np.int64)
+    for t in range(len(text_offsets) - 1):
+        in_word, has_letter = False, False
+        for j in range(text_offsets[t], text_offsets[t + 1]):
+            if flags[cp[j]] & SPACE:
+                if in_word:
+                    out[t, 0] += 1
+                    out[t, 1] += has_letter
+                in_word, has_letter = False, False
+            else:
+                in_word = True
+                has_letter = has_letter or letters[cp[j]]
+        if in_word:
+            out[t, 0] += 1
+            out[t, 1] += has_letter
+    return out
+
+
 @register
 class GopherQuality(Rule):
     """Word count and length, symbol ratios, bullet and ellipsis lines, letters, stop words (Gopher)."""
+
+    class Options(RuleOptions):
+        alpha_words_of: Literal["tokens", "words"] = "tokens"
+        """`alpha_words_frac`'s denominator: "tokens", every token of the word splitter, punctuation included (as
+        datatrove and FineWeb count); "words", the words apart by white space (the Gopher paper's definition)."""
 
     name = "gopher_quality"
     position = 40  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
@@ -104,7 +146,12 @@ class GopherQuality(Rule):
         Signal("ellipsis_ratio", pa.float32(), "'...' and '…' per word"),
         Signal("bullet_lines_frac", pa.float32(), "share of lines starting with a bullet (• or -)"),
         Signal("ellipsis_lines_frac", pa.float32(), "share of lines ending with an ellipsis"),
-        Signal("alpha_words_frac", pa.float32(), "share of words with at least one letter"),
+        Signal(
+            "alpha_words_frac",
+            pa.float32(),
+            "tokens with a letter, of every token punctuation included (datatrove); alpha_words_of = 'words': "
+            "white-space words with a letter, of every such word (the Gopher paper)",
+        ),
         Signal("stop_words", pa.int8(), "distinct Gopher stop words present (of 8)"),
     )
     defaults = {
@@ -130,6 +177,11 @@ class GopherQuality(Rule):
         lines, bullets, ellipsis_lines, hashes, ellipses = _text_marks(*docs.code_points, character_classes()).T
         tokens = np.maximum(docs.word_counts, 1)
         per_line = np.maximum(lines, 1)
+        if self.options.alpha_words_of == "words":
+            space_words, with_letter = _space_words(*docs.code_points, character_classes(), _letters()).T
+            alpha_words_frac = (with_letter / np.maximum(space_words, 1)).astype(np.float32)
+        else:
+            alpha_words_frac = (with_letter / tokens).astype(np.float32)
         return {
             "words": words.astype(np.int32),
             "mean_word_length": np.divide(letters, words, out=np.zeros(len(docs)), where=words > 0).astype(np.float32),
@@ -137,6 +189,6 @@ class GopherQuality(Rule):
             "ellipsis_ratio": ellipses.astype(np.float32) / tokens,
             "bullet_lines_frac": (bullets / per_line).astype(np.float32),
             "ellipsis_lines_frac": (ellipsis_lines / per_line).astype(np.float32),
-            "alpha_words_frac": (with_letter / tokens).astype(np.float32),
+            "alpha_words_frac": alpha_words_frac,
             "stop_words": stop_words.astype(np.int8),
         }

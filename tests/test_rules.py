@@ -384,6 +384,23 @@ def test_c4_ascii_lower_case_is_pythons_for_every_code_point():
         assert table[code] == expected, hex(code)
 
 
+def test_alpha_words_frac_counts_punctuation_tokens_as_datatrove_or_white_space_words_as_gopher():
+    """Words followed by commas: 3 of 11 tokens are punctuation (datatrove: dropped at 0.8), every white-space word
+    has a letter (the paper: kept); on real documents the second definition is `str.split()`'s, exactly."""
+    from corpus.api import apply_rules
+
+    text = " ".join(["the cats, and the dogs, with the hats,"] * 10)
+    assert signals("gopher_quality", [text])["alpha_words_frac"] == [np.float32(80 / 110)]
+    assert signals("gopher_quality", [text], alpha_words_of="words")["alpha_words_frac"] == [1.0]
+    for of, kept in (("tokens", False), ("words", True)):
+        decided = apply_rules([text], rules=["gopher_quality"], settings={"gopher_quality": {"alpha_words_of": of}})
+        assert decided.column("kept").to_pylist() == [kept]
+        assert ("gopher_quality.alpha_words_frac.min" in decided.column("failures")[0].as_py()) is not kept
+    texts = real_documents().column("text").to_pylist()[:300] + ["", "  ", "١٢٣ ²³ abc", "\u00a0x\u2003y z"]
+    expected = [np.float32(sum(any(c.isalpha() for c in w) for w in t.split()) / max(len(t.split()), 1)) for t in texts]
+    assert signals("gopher_quality", texts, alpha_words_of="words")["alpha_words_frac"] == expected
+
+
 def test_pii_counts_and_masks():
     text = "Write to jane.doe@example.org or call (555) 123-4567 / +1 555.987.6543; server 192.168.0.12, v1.2.3.4.5."
     values = signals("pii", [text, "Nothing personal here, version 1.2 of 2024."])
