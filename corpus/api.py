@@ -80,13 +80,36 @@ def identify_language(
     return [lang for lang, _ in found], [score for _, score in found]
 
 
+def _is_data_frame(documents: Documents) -> bool:
+    return hasattr(documents, "to_dict") and hasattr(documents, "columns")  # pandas, without importing it
+
+
 def _as_table(documents: Documents) -> pa.Table:
     """The documents given (texts, an Arrow table, a pandas DataFrame) as an Arrow table of their own columns."""
     if isinstance(documents, pa.Table):
         return documents
-    if hasattr(documents, "to_dict") and hasattr(documents, "columns"):  # a pandas DataFrame
+    if _is_data_frame(documents):
         return pa.Table.from_pandas(documents, preserve_index=False)
     return pa.table({"text": pa.array(_texts(documents), pa.large_string())})
+
+
+MAPPED_COLUMNS = ("text", "id", "url", "lang", "lang_score")
+
+
+def _mapped(table: pa.Table, columns: dict[str, str]) -> pa.Table:
+    """The table with its columns `columns` names (field -> the table's column) under the documents' names; the
+    columns they replace, if any, keep theirs with an `input.` prefix."""
+    unknown = [field for field in columns if field not in MAPPED_COLUMNS]
+    if unknown:
+        raise ValueError(f"columns: {unknown[0]!r} is not a document field; map any of {', '.join(MAPPED_COLUMNS)}")
+    absent = [name for name in columns.values() if name not in table.column_names]
+    if absent:
+        raise ValueError(
+            f"columns: the documents have no column {absent[0]!r}; they have {', '.join(table.column_names)}"
+        )
+    renamed = {given: field for field, given in columns.items() if given != field}
+    names = [renamed.get(name, f"input.{name}" if name in renamed.values() else name) for name in table.column_names]
+    return table.rename_columns(names)
 
 
 def _documents_table(documents: Documents) -> pa.Table:
@@ -157,17 +180,20 @@ def apply_rules(
     rules: list[str] | None = None,
     settings: dict[str, dict] | None = None,
     thresholds: dict[str, Any] | None = None,
-) -> pa.Table:
+    columns: dict[str, str] | None = None,
+):
     """The documents with each rule's signal columns (`rule.signal`) and the selection's `kept`, `first_failure`
-    and `failures` (every `rule.signal.bound` a document fails).
+    and `failures` (every `rule.signal.bound` a document fails), as what was given: a pandas DataFrame for a
+    DataFrame, else an Arrow table.
 
     `documents`: texts, or an Arrow table / pandas DataFrame with `text` and optionally `id`, `url`, `lang`,
-    `lang_score` (language ID runs when `lang` is absent). `rules`: names in order (default: a job's default
-    order); `settings`: `{rule: {option: value}}` as a job's `[rules.NAME]` tables; `thresholds`: a job's
-    `[select]` table as a dict, e.g. `{"gopher_quality": {"words": {"min": 100}}}` (default: each rule's
+    `lang_score` (language ID runs when `lang` is absent); `columns` maps those names onto the table's own, as a
+    job's `[dataset]` table does, e.g. `{"text": "body", "id": "doc_id"}`. `rules`: names in order (default: a
+    job's default order); `settings`: `{rule: {option: value}}` as a job's `[rules.NAME]` tables; `thresholds`: a
+    job's `[select]` table as a dict, e.g. `{"gopher_quality": {"words": {"min": 100}}}` (default: each rule's
     published thresholds). Corpus rules and quantile thresholds take these documents as the corpus."""
     computed = _rules(rules, settings)
-    given = _as_table(documents)
+    given = _mapped(_as_table(documents), columns or {})
     language = next((rule for rule in computed if rule.name == "language"), None)
     if language is not None and "lang" not in given.column_names:
         try:  # languages identified here, so codes lid.176 answers: 'english' would drop every document
@@ -192,10 +218,11 @@ def apply_rules(
     resolved = [t.resolved(annotated.column(t.column)) if t.quantile is not None else t for t in chosen]
     selection = select_documents(annotated, resolved)[0].table.select(["kept", "first_failure", "failures"])
     signals = annotated.select(annotated.column_names[len(DOCUMENTS) :])
-    return pa.Table.from_arrays(
+    decided = pa.Table.from_arrays(
         [*table.columns, *signals.columns, *selection.columns],
         schema=pa.schema([*table.schema, *signals.schema, *selection.schema]),
     )
+    return decided.to_pandas() if _is_data_frame(documents) else decided
 
 
 def mask_pii(text: str, kinds: Sequence[str] = ("email", "phone", "ip")) -> tuple[str, dict[str, int]]:

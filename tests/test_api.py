@@ -54,6 +54,28 @@ def run(tmp_path_factory):
     return out, documents, selection
 
 
+def test_apply_rules_gives_back_a_data_frame_for_a_data_frame_and_maps_its_columns():
+    """A DataFrame in, a DataFrame out, its rows in order; `columns` names the text and id columns, and a column
+    named as a mapped one (`id` here) keeps its values as `input.id`."""
+    frame = pd.DataFrame(
+        {
+            "doc_id": ["a", "b"],
+            "body": [
+                "The committee met on Tuesday to discuss the new library, which opens in the spring. " * 6,
+                "buy now " * 50,
+            ],
+            "id": [7, 8],
+        }
+    )
+    decided = apply_rules(frame, rules=["gopher_quality", "top_word"], columns={"text": "body", "id": "doc_id"})
+    assert isinstance(decided, pd.DataFrame)
+    assert decided["id"].tolist() == ["a", "b"] and decided["input.id"].tolist() == [7, 8]
+    assert decided["kept"].tolist() == [True, False]
+    assert decided["first_failure"].isna().tolist() == [True, False]
+    assert decided["first_failure"][1] == "gopher_quality.stop_words.min"
+    assert isinstance(apply_rules(pa.Table.from_pandas(frame), columns={"text": "body"}), pa.Table)
+
+
 def test_the_api_imports_in_a_fresh_interpreter():
     names = "extract_text, apply_rules, mask_pii, near_duplicates, identify_language"
     subprocess.run([sys.executable, "-c", f"from corpus.api import {names}"], check=True)
@@ -191,7 +213,11 @@ def test_the_api_refuses_bad_arguments_with_what_to_do():
     with pytest.raises(ValueError, match=wrong_code + r" model answers; did you mean 'en'\?"):
         apply_rules(["x"], rules=["language"], settings={"language": {"languages": ["english"]}})
     own = pd.DataFrame({"text": ["x"], "lang": ["english"], "lang_score": [0.9]})
-    assert apply_rules(own, rules=["language"], settings={"language": {"languages": ["english"]}})["kept"][0].as_py()
+    assert apply_rules(own, rules=["language"], settings={"language": {"languages": ["english"]}})["kept"][0]
+    with pytest.raises(ValueError, match=r"^columns: the documents have no column 'doc_id'; they have text, lang"):
+        apply_rules(own, rules=["language"], columns={"id": "doc_id"})
+    with pytest.raises(ValueError, match=r"^columns: 'ident' is not a document field; map any of text, id, url"):
+        apply_rules(own, rules=["language"], columns={"ident": "text"})
     for settings, said in [
         ({"bands": 0}, "bands: input should be greater than or equal to 1 (got 0)"),
         ({"bandz": 3}, "unknown setting 'bandz' (settings: ngram, permutations, bands, rows, threshold, seed, "),
