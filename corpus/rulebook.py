@@ -43,6 +43,7 @@ class Signal:
     name: str
     type: pa.DataType
     meaning: str
+    most: float | None = None  # the largest value it takes (1 for a share): a min above it is refused at load
 
 
 @dataclass(frozen=True)

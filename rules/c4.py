@@ -281,7 +281,7 @@ class C4(Rule):
         Signal("lorem_ipsum", pa.bool_(), "a kept line contains 'lorem ipsum'"),
         Signal("curly_bracket", pa.bool_(), "a kept line contains '{'"),
         Signal("lines_removed", pa.int32(), "lines the modifier removes"),
-        Signal("chars_removed_frac", pa.float32(), "share of characters the modifier removes"),
+        Signal("chars_removed_frac", pa.float32(), "share of characters the modifier removes", most=1),
     )
     defaults = {"sentences": {"min": 5}, "lorem_ipsum": {"max": False}, "curly_bracket": {"max": False}}
 

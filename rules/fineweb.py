@@ -72,9 +72,14 @@ class FineWeb(Rule):
     position = 60  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     sees_modified_text = True  # FineWeb applies it to C4's surviving lines
     signals = (
-        Signal("line_punct_ratio", pa.float32(), "share of non-empty lines ending in terminal punctuation"),
-        Signal("short_line_ratio", pa.float32(), f"share of non-empty lines of at most {SHORT_LINE_CHARS} characters"),
-        Signal("char_dup_ratio", pa.float32(), "characters of repeated lines / non-newline characters"),
+        Signal("line_punct_ratio", pa.float32(), "share of non-empty lines ending in terminal punctuation", most=1),
+        Signal(
+            "short_line_ratio",
+            pa.float32(),
+            f"share of non-empty lines of at most {SHORT_LINE_CHARS} characters",
+            most=1,
+        ),
+        Signal("char_dup_ratio", pa.float32(), "characters of repeated lines / non-newline characters", most=1),
         Signal("newline_ratio", pa.float32(), "newlines per word"),
     )
     defaults = {

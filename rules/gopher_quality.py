@@ -144,15 +144,16 @@ class GopherQuality(Rule):
         Signal("mean_word_length", pa.float32(), "mean characters per such word"),
         Signal("hash_ratio", pa.float32(), "'#' characters per word"),
         Signal("ellipsis_ratio", pa.float32(), "'...' and '…' per word"),
-        Signal("bullet_lines_frac", pa.float32(), "share of lines starting with a bullet (• or -)"),
-        Signal("ellipsis_lines_frac", pa.float32(), "share of lines ending with an ellipsis"),
+        Signal("bullet_lines_frac", pa.float32(), "share of lines starting with a bullet (• or -)", most=1),
+        Signal("ellipsis_lines_frac", pa.float32(), "share of lines ending with an ellipsis", most=1),
         Signal(
             "alpha_words_frac",
             pa.float32(),
             "tokens with a letter, of every token punctuation included (datatrove); alpha_words_of = 'words': "
             "white-space words with a letter, of every such word (the Gopher paper)",
+            most=1,
         ),
-        Signal("stop_words", pa.int8(), "distinct Gopher stop words present (of 8)"),
+        Signal("stop_words", pa.int8(), "distinct Gopher stop words present (of 8)", most=8),
     )
     defaults = {
         "words": {"min": 50, "max": 100_000},

@@ -170,10 +170,10 @@ class GopherRepetition(Rule):
     name = "gopher_repetition"
     position = 30  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     signals = (
-        Signal("dup_para_frac", pa.float32(), "share of paragraphs that repeat an earlier one"),
-        Signal("dup_para_char_frac", pa.float32(), "characters in repeated paragraphs / len(text)"),
-        Signal("dup_line_frac", pa.float32(), "share of lines that repeat an earlier one"),
-        Signal("dup_line_char_frac", pa.float32(), "characters in repeated lines / len(text)"),
+        Signal("dup_para_frac", pa.float32(), "share of paragraphs that repeat an earlier one", most=1),
+        Signal("dup_para_char_frac", pa.float32(), "characters in repeated paragraphs / len(text)", most=1),
+        Signal("dup_line_frac", pa.float32(), "share of lines that repeat an earlier one", most=1),
+        Signal("dup_line_char_frac", pa.float32(), "characters in repeated lines / len(text)", most=1),
         *(
             Signal(
                 f"top_{n}gram_char_frac",

@@ -23,7 +23,7 @@ class Language(Rule):
     position = 20  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     signals = (
         Signal("allowed", pa.bool_(), "lang is one of the job's `languages`"),
-        Signal("score", pa.float32(), "lang_score when allowed, else 0"),
+        Signal("score", pa.float32(), "lang_score when allowed, else 0", most=1),
     )
     defaults = {"allowed": {"min": True}, "score": {"min": 0.65}}
 

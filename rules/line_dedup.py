@@ -100,7 +100,7 @@ class LineDedup(CorpusRule):
     name = "line_dedup"
     signals = (
         Signal("lines_removed", pa.int32(), "lines found in more than max_copies documents of the corpus"),
-        Signal("chars_removed_frac", pa.float32(), "share of the characters those lines hold"),
+        Signal("chars_removed_frac", pa.float32(), "share of the characters those lines hold", most=1),
     )
 
     summary_schema = pa.schema([("line", pa.uint64()), ("documents", pa.int64())])

@@ -216,7 +216,7 @@ class TopWord(Rule):
     """The most frequent word's share of a page's words (drop above 30 %)."""
 
     name = "top_word"
-    signals = (Signal("frac", pa.float32(), "most frequent word (case-folded) / all words"),)
+    signals = (Signal("frac", pa.float32(), "most frequent word (case-folded) / all words", most=1),)
     defaults = {"frac": {"max": 0.30}}
 
     def compute(self, docs: DocumentBatch) -> dict:

@@ -109,7 +109,7 @@ class QualityClassifier(Rule):
         model: FilePath  # a model from `corpus classifier train`
 
     name = "quality_classifier"
-    signals = (Signal("score", pa.float32(), "probability of the positive (reference-quality) class"),)
+    signals = (Signal("score", pa.float32(), "probability of the positive (reference-quality) class", most=1),)
     opt_in = True
 
     @classmethod

@@ -68,7 +68,7 @@ class TokenDistribution(CorpusRule):
     version = 2  # v2 hashes code points in Numba (v1: UTF-8 bytes of `re` words): other bucket collisions
     signals = (
         Signal("kl", pa.float32(), "KL(document || corpus) over word unigrams, nats"),
-        Signal("rare_frac", pa.float32(), "share of the document's words that are rare in the corpus"),
+        Signal("rare_frac", pa.float32(), "share of the document's words that are rare in the corpus", most=1),
     )
 
     summary_schema = pa.schema([("bucket", pa.int64()), ("count", pa.int64())])

@@ -91,7 +91,20 @@ def job_file(tmp_path: Path, body: str) -> Path:
         ),
         (
             "[select]\nrules = ['c4']\n[select.fineweb]\nnewline_ratio.max = 1\n",
-            "key 'select.fineweb': rule 'fineweb' is not in select.rules",
+            "key 'select.fineweb': rule 'fineweb' is not in select.rules; add it there",
+        ),
+        (
+            "[annotate]\nrules = ['c4']\n[select.gopher_quality]\nwords.min = 10\n",
+            "key 'select.gopher_quality': rule 'gopher_quality' is not computed; add it to annotate.rules",
+        ),
+        (
+            "[select.language]\nscore.min = 65\n",
+            "key 'select.language.score.min': 65 drops every document: score is from 0 to 1 (lang_score when "
+            "allowed, else 0); did you mean 0.65?",
+        ),
+        (
+            "[select.top_word]\nfrac.max = -0.3\n",
+            "key 'select.top_word.frac.max': -0.3 drops every document: frac is from 0 to 1",
         ),
         ("[rules.url]\nblocklist = 'missing.tar.gz'\n", "key 'rules.url.blocklist': no such file"),
         ("[rules.language]\nlanguage = ['en']\n", "unknown key 'rules.language.language' (known keys: languages)"),

@@ -338,6 +338,8 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
                 elif (isinstance(value, bool) if is_bool else numeric) is False:
                     expected = "true or false" if is_bool else "a number"
                     raise JobError(f"{path}: key '{key}.{bound}': expected {expected}, got {value!r}")
+                else:
+                    _check_in_range(signals[signal_name], f"{path}: key '{key}.{bound}'", bound, value)
             bounds.setdefault(signal_name, {}).update(given)
             merged = bounds[signal_name]
             for low, high in (("min", "max"), ("min_quantile", "max_quantile")):
@@ -359,8 +361,24 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
                     thresholds.append(Threshold(name, signal.name, bound, None, given[f"{bound}_quantile"]))
     if select:
         unselected = next(iter(select))
-        raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules")
+        if unselected not in names:
+            raise JobError(
+                f"{path}: key 'select.{unselected}': rule '{unselected}' is not computed; add it to annotate.rules "
+                "(or remove its thresholds)"
+            )
+        raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules; add it there")
     return selected, thresholds
+
+
+def _check_in_range(signal, where: str, bound: str, value: float) -> None:
+    """A threshold no document can pass (a min above the signal's largest value, a max below 0 for a signal that
+    has one) is refused at load, not found after a run that dropped everything."""
+    if signal.most is None or (bound == "min" and value <= signal.most) or (bound == "max" and value >= 0):
+        return
+    hint = f"; did you mean {value / 100:g}?" if bound == "min" and 0 <= value / 100 <= signal.most else ""
+    raise JobError(
+        f"{where}: {value!r} drops every document: {signal.name} is from 0 to {signal.most:g} ({signal.meaning}){hint}"
+    )
 
 
 def _check_prefilter(job: Job, path: Path, registry: dict, selected: list[str], thresholds: list) -> None:
