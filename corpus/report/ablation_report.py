@@ -1,6 +1,6 @@
 """The terminal report of an ablation: the variants' data, then per metric each variant's mean, Δ vs the
 baseline, its interval, the smallest Δ the runs could detect, and the verdict (`corpus.lab.verdicts`); then what
-the metrics can decide. Fits 100 columns."""
+the metrics can decide. Fits 80 columns."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from corpus.lab.verdicts import (
     verdict_rows,
 )
 
-WIDTH = 100  # columns, where the output is not a terminal
+WIDTH = 80  # columns, where the output is not a terminal
 WARNING = "warning: "  # a finding printed in yellow (without this prefix)
 
 
@@ -37,9 +37,7 @@ def _number(value: float, signed: bool = False) -> str:
 def _verdict(row: dict) -> str:
     if row["verdict"] == "same data":
         return f"same data as {row['same_data_as']}"
-    if row["verdict"] == "one seed":
-        return "one seed: no interval"
-    return f"{row['verdict']} ({row['limited_by']})" if row["limited_by"] else row["verdict"]
+    return row["verdict"] + ("*" if row["limited_by"] else "")
 
 
 def _decides(row: dict) -> str:
@@ -51,15 +49,18 @@ def _decides(row: dict) -> str:
 
 
 def metric_table(rows: list[dict]) -> Table:
-    """One metric's rows: variant, mean ± seed std (seeds), Δ, its interval, the items' share, verdict."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("variant", "mean ± std (n)", "Δ", "interval", "items", "verdict"):
-        table.add_column(column, justify="left" if column in ("variant", "verdict") else "right")
+    """One metric's rows: variant, mean, seed std (seeds), Δ, its interval, the items' share, verdict (a `*`: why it
+    is limited is said under the table, `limited_notes`). Fits 80 columns with variant names of 25 characters."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    table.add_column("variant", overflow="fold")
+    for column in ("mean", "std (n)", "Δ", "interval", "items", "verdict"):
+        table.add_column(column, justify="left" if column == "verdict" else "right", no_wrap=True)
     for row in rows:
-        std = "" if math.isnan(row["std"]) else f" ± {row['std']:.4f}"
+        std = "" if math.isnan(row["std"]) else f"{row['std']:.4f} "
         table.add_row(
             row["variant"],
-            f"{row['mean']:.4f}{std} ({row['seeds']})",
+            f"{row['mean']:.4f}",
+            f"{std}({row['seeds']})",
             "" if row["baseline"] else _number(row["delta"], signed=True),
             f"± {row['interval']:.4f}" if not math.isnan(row["interval"]) and not row["baseline"] else "",
             "" if row["item_share"] is None else f"{row['item_share']:.0%}",
@@ -68,10 +69,15 @@ def metric_table(rows: list[dict]) -> Table:
     return table
 
 
+def limited_notes(rows: list[dict]) -> list[str]:
+    """Why each starred verdict is limited, a line per variant."""
+    return [f"  * {row['variant']}: {row['limited_by']}" for row in rows if row["limited_by"]]
+
+
 def _variants_table(rows: list[dict], models: list[str]) -> Table:
     """Per variant: the tokens it kept and its passes over them per model."""
     table = Table(title="variants", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("variant")
+    table.add_column("variant", overflow="fold")
     table.add_column("tokens kept", justify="right")
     for model in models:
         table.add_column(f"passes {model}" if len(models) > 1 else "passes", justify="right")
@@ -138,6 +144,8 @@ def print_report(path: Path, metrics_patterns: str = "", final: float = 0.0, con
             console.print()
             console.print(escape(title), style="bold")  # its own line: a table's title wraps at the table's width
             console.print(metric_table(mine))
+            for note in limited_notes(mine):
+                console.print(escape(note))
     for line in _findings(rows, summary, metrics, models):
         warning = line.startswith(WARNING)
         console.print(escape(line.removeprefix(WARNING)), style="yellow" if warning else None)
