@@ -135,6 +135,18 @@ def build_input(folder: Path, name: str, units: int, pages: list[Page]) -> tuple
     return target, english / (english + other * repeats)
 
 
+def read_urls(path: Path) -> list[tuple[str, str]]:
+    """(record id, URL) of the input's HTML pages."""
+    from corpus.stages.read import ReadOptions, read_records
+
+    with open(path, "rb") as stream:
+        return [
+            pair
+            for batch in read_records(stream, str(path), ReadOptions())
+            for pair in zip(batch.table.column("id").to_pylist(), batch.table.column("url").to_pylist(), strict=True)
+        ]
+
+
 def decoded_pages(path: Path) -> tuple[list[tuple[str, str | None]], float]:
     """The input's HTML pages, decoded, and their mean payload bytes."""
     from corpus.stages.extract import decode_html
@@ -200,8 +212,9 @@ tokenizer = "{neox_tokenizer()}"
     return path
 
 
-def run_datatrove(source: Path, output: Path, extractor: str, shared: Path) -> None:
-    """datatrove's FineWeb pipeline over `source` (run in its own process: `--datatrove-run`)."""
+def run_datatrove(source: Path, output: Path, extractor: str, shared: Path, explain: bool = False) -> None:
+    """datatrove's FineWeb pipeline over `source` (run in its own process: `--datatrove-run`); `explain`: each
+    filter also writes what it drops (`output/excluded/<filter>`), and only the filtering runs."""
     from corpus.stages.extract import default_lid_model
     from datatrove.executor.local import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupSignature
@@ -259,20 +272,24 @@ def run_datatrove(source: Path, output: Path, extractor: str, shared: Path) -> N
     xxhash.xxh64_intdigest = lambda data: xxh64(data.encode() if isinstance(data, str) else data)
     # datatrove asks for its `fasttext-numpy2-wheel` fork by name; the `fasttext` module corpus installs serves.
     LanguageFilter._requires_dependencies = ["fasttext", "fasteners"]
-    language = LanguageFilter(languages=["en"], language_threshold=LANGUAGE_MIN_SCORE)
+
+    def excluded(name: str) -> dict:
+        return {"exclusion_writer": JsonlWriter(str(output / "excluded" / name))} if explain else {}
+
+    language = LanguageFilter(languages=["en"], language_threshold=LANGUAGE_MIN_SCORE, **excluded("language"))
     language.model = LocalFT176(["en"])
     # As FineWeb ran it: the filtering pipeline writes its documents; signatures and tokens read them back.
     filtering = [
         WarcReader(str(source.parent), glob_pattern="*.warc.gz"),
-        URLFilter(),  # its integrated lists: the files ../shared/data/lists-datatrove holds, which corpus reads
+        URLFilter(**excluded("url")),  # its integrated lists: the files ../shared/data/lists-datatrove holds
         Trafilatura(favour_precision=False, deduplicate=False, timeout=30)
         if extractor == "trafilatura"
         else Resiliparse(),
         language,
-        GopherRepetitionFilter(),
-        GopherQualityFilter(),
-        C4QualityFilter(filter_no_terminal_punct=False),
-        FineWebQualityFilter(),
+        GopherRepetitionFilter(**excluded("gopher_repetition")),
+        GopherQualityFilter(**excluded("gopher_quality")),
+        C4QualityFilter(filter_no_terminal_punct=False, **excluded("c4")),
+        FineWebQualityFilter(**excluded("fineweb")),
         JsonlWriter(str(output / "filtered")),
     ]
     signatures = [
@@ -288,8 +305,64 @@ def run_datatrove(source: Path, output: Path, extractor: str, shared: Path) -> N
             shuffle_documents=False,
         ),
     ]
-    for name, pipeline in (("filtering", filtering), ("signatures", signatures), ("tokens", tokens)):
+    pipelines = [("filtering", filtering)] + ([] if explain else [("signatures", signatures), ("tokens", tokens)])
+    for name, pipeline in pipelines:
         LocalPipelineExecutor(pipeline, tasks=1, workers=1, logging_dir=str(output / "logs" / name)).run()
+
+
+DATATROVE_FILTERS = ("url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb")
+
+
+def _jsonl_ids(folder: Path) -> list[str]:
+    import gzip
+
+    return [
+        json.loads(line)["id"].strip("<>")
+        for path in sorted(folder.glob("*.jsonl.gz"))
+        for line in gzip.open(path, "rt", encoding="utf-8")
+    ]
+
+
+def datatrove_decisions(output: Path) -> dict[str, str]:
+    """Per page id: 'kept', or the datatrove filter that dropped it (an `explain` run's exclusion files)."""
+    decided = {}
+    for name in DATATROVE_FILTERS:
+        decided |= dict.fromkeys(_jsonl_ids(output / "excluded" / name), name)
+    return decided | dict.fromkeys(_jsonl_ids(output / "filtered"), "kept")
+
+
+def our_decisions(run: Path) -> dict[str, str]:
+    """Per page id: 'kept', or the rule of our first failure (the URL rule and the language pre-pass before
+    extraction included); pages extraction found no text in are absent, as in datatrove."""
+    import pyarrow.parquet as pq
+
+    decided = {}
+    for folder, reason in (("prefiltered", "first_failure"), ("prepassed", None)):
+        if (run / folder).is_dir():
+            table = pq.read_table(run / folder)
+            reasons = table.column(reason).to_pylist() if reason else ["language"] * table.num_rows
+            decided |= {i: r.split(".")[0] for i, r in zip(table.column("id").to_pylist(), reasons, strict=True)}
+    selection = pq.read_table(run / "selection", columns=["id", "kept", "first_failure"]).to_pylist()
+    return decided | {row["id"]: "kept" if row["kept"] else row["first_failure"].split(".")[0] for row in selection}
+
+
+def explain_differences(ours: dict[str, str], theirs: dict[str, str], urls: dict[str, str]) -> list[str]:
+    """Lines saying how many pages both sides decide alike, and every page they decide otherwise: each side's
+    decision (kept, or the rule that dropped it first; 'no text': the extractor found none), with its URL."""
+    pages = sorted(set(ours) | set(theirs))
+    differ = [page for page in pages if ours.get(page, "no text") != theirs.get(page, "no text")]
+    kept = (sum(v == "kept" for v in ours.values()), sum(v == "kept" for v in theirs.values()))
+    lines = [
+        f"per page, one copy: {len(pages) - len(differ):,} of {len(pages):,} decided alike; kept: ours {kept[0]:,}, "
+        f"datatrove {kept[1]:,}"
+    ]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for page in differ:
+        groups.setdefault((ours.get(page, "no text"), theirs.get(page, "no text")), []).append(page)
+    for (mine, their), members in sorted(groups.items(), key=lambda item: -len(item[1])):
+        lines.append(f"  ours {mine}, datatrove {their}: {len(members)} page(s)")
+        lines += [f"    {urls.get(page, page)}" for page in members]
+    return lines
 
 
 def timed(command: list[str], env: dict | None = None) -> float:
@@ -437,6 +510,12 @@ def run_sides(
                 command = [*jobs[size], "--output", str(started)]
                 keep("corpus on a started 1-CPU Ray", size, fresh_run(command, started, cluster.env))
     stats["datatrove_kept"] = datatrove_kept(folder / "large" / "dt")
+    explained = folder / "small" / "dt-explained"
+    timed([*datatrove["small"][:-3], str(inputs["small"]), str(explained), extractor, "explain"])
+    urls = dict(read_urls(inputs["small"]))
+    stats["differences"] = explain_differences(
+        our_decisions(folder / "small" / "inline"), datatrove_decisions(explained), urls
+    )
     for size in inputs:
         subprocess.run(["rm", "-rf", str(folder / size)], check=True)
     sides = [Side(name, runs["large"], runs.get("small")) for name, runs in walls.items()]
@@ -451,11 +530,13 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--extractors", nargs="+", default=["resiliparse", "trafilatura"])
     parser.add_argument("--repeats", type=int, default=1, help="rounds, each side once a round; its least wall counts")
-    parser.add_argument("--datatrove-run", nargs=3, metavar=("INPUT", "OUTPUT", "EXTRACTOR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--datatrove-run", nargs="+", metavar="INPUT OUTPUT EXTRACTOR [explain]", help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.datatrove_run:
-        source, output, extractor = args.datatrove_run
-        run_datatrove(Path(source), Path(output), extractor, args.shared)
+        source, output, extractor, *explain = args.datatrove_run
+        run_datatrove(Path(source), Path(output), extractor, args.shared, explain=explain == ["explain"])
         return
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, inherited by every process below
 
@@ -531,6 +612,7 @@ def report(extractor: str, pages: int, small_pages: int, alone: float, sides: li
     print(f"  {'extraction alone':<46}{'':>16}{alone:>10.2f}")
     kept = stats["stages"]["select"]["kept"]
     print(f"documents through the filters: ours {kept:,}, datatrove {stats['datatrove_kept']:,}")
+    print("\n".join(stats["differences"]))
     ours = next(side for side in sides if side.name == "corpus on a started 1-CPU Ray")
     hours = CC_PAGES_PER_SNAPSHOT * ours.per_page_ms(pages, small_pages) / 1000 / 3600
     print(
