@@ -18,6 +18,7 @@ from corpus.cli_report import inspect_command, report_command
 from corpus.cli_rules import rules_list, rules_try
 from corpus.config.job import JobError, load_job
 from corpus.engine.run_folder import OutputLocked
+from corpus.engine.stats import ALL_STAGES
 from corpus.engine.tasks import INTERRUPTED
 from corpus.lab.classifier import TrainOptions
 
@@ -26,10 +27,12 @@ def summary_table(stats: dict) -> Table:
     totals = stats["totals"]
     throughput = stats["throughput"]
     table = Table(title=f"corpus run · {stats['job']} → {stats['output']}", show_header=True)
-    table.add_column("what", no_wrap=True)
+    table.add_column("what", overflow="fold")
     table.add_column("count", justify="right", no_wrap=True)
     table.add_row("records read", f"{totals['records']:,}")
-    for name, counts in stats["stages"].items():
+    stages = stats["stages"]
+    for name in sorted(stages, key=lambda stage: ALL_STAGES.index(stage) if stage in ALL_STAGES else len(ALL_STAGES)):
+        counts = stages[name]
         table.add_row(f"[bold]{name}[/]: received → kept", f"{counts['received']:,} → {counts['kept']:,}")
         for reason, n in sorted(counts["dropped"].items(), key=lambda item: -item[1]):
             table.add_row(f"   dropped: {reason}", f"{n:,}")
@@ -38,15 +41,19 @@ def summary_table(stats: dict) -> Table:
     table.add_row("[bold]documents kept", f"[bold]{totals['kept']:,}")
     if stats.get("tokens"):
         tokens = stats["tokens"]
-        files = f"{tokens['files']:,} file" + ("s" if tokens["files"] != 1 else "")
-        table.add_row("tokens written", f"{tokens['tokens']:,} ({tokens['documents']:,} documents, {files})")
+        table.add_row("tokens written", f"{tokens['tokens']:,}")
+        table.add_row("   in documents", f"{tokens['documents']:,}")
+        table.add_row("   in files", f"{tokens['files']:,}")
+        chars = tokens.get("characters", {})
+        if chars.get("stored") and chars["after_modifiers"] != chars["stored"]:
+            cut = 1 - chars["after_modifiers"] / chars["stored"]
+            table.add_row("   characters the modifiers removed", f"{cut:.1%}")
         if tokens.get("emptied_by_modifiers"):
             table.add_row("   not written: emptied by modifiers", f"{tokens['emptied_by_modifiers']:,}")
     shards = stats["shards"]
-    table.add_row(
-        "shards complete / planned",
-        f"{shards['complete']:,} / {shards['planned']:,} ({shards['skipped_complete']:,} from an earlier run)",
-    )
+    table.add_row("shards complete / planned", f"{shards['complete']:,} / {shards['planned']:,}")
+    if shards["skipped_complete"]:
+        table.add_row("   complete from an earlier run", f"{shards['skipped_complete']:,}")
     if shards["failed"]:
         table.add_row("[red]shards failed", f"[red]{shards['failed']:,}")
     table.add_row("wall time", f"{throughput['wall_seconds']:,.1f} s")
@@ -90,6 +97,8 @@ def _write_failure(exc: OSError, output: str) -> str:
 def _interrupted(job, signal_number: int) -> int:
     from corpus.engine import completed_shards
 
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()  # its tasks stop first: a shard finishing after the count would be missed
     complete, planned = completed_shards(job)
     print(
         f"\ncorpus: interrupted: {complete:,} of {planned:,} shards complete; run the same command to resume",
@@ -106,6 +115,55 @@ def stop_on_signal(signal_number, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from corpus.engine import dry_run
+
+    try:
+        job = load_job(args.job, output=args.output)
+        if args.limit:
+            job = _trial(job, args.limit, args.output)
+        plan = dry_run(job)
+    except JobError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    shards = plan["shards"]
+    size = f"{plan['bytes_to_read'] / 1e6:,.1f} MB" + (
+        f" and {plan['inputs_of_unknown_size']:,} input(s) of unknown size" if plan["inputs_of_unknown_size"] else ""
+    )
+    lines = [
+        f"job {plan['job']} → {plan['output']}: {plan['inputs']:,} input(s), {sum(shards.values()):,} shard(s)",
+        f"  complete, kept as they are: {shards['complete']:,}",
+        f"  to extract: {shards['extract']:,} ({size} to read)"
+        + (f"; first: {plan['first_to_extract']}" if plan["first_to_extract"] else ""),
+        f"  to re-annotate from their stored documents (the rules changed): {shards['reannotate']:,}",
+    ]
+    if plan["changed_inputs"]:
+        lines.append(f"  of those to extract, {plan['changed_inputs']:,} had their input replaced since")
+    if plan["unchecked_inputs"]:
+        lines.append(f"  {plan['unchecked_inputs']:,} input(s) could not be looked up: their shards are kept as made")
+    after = [f"rules {', '.join(plan['rules'])}"]
+    after += [f"corpus rules {', '.join(plan['corpus_rules'])}"] if plan["corpus_rules"] else []
+    after += ["select"] + ([f"dedup {', '.join(plan['dedup'])}"] if plan["dedup"] else [])
+    after += ["tokenize"] if plan["tokenize"] else []
+    lines.append("then: " + " → ".join(after))
+    lines.append(f"nothing was run or written; `corpus run {args.job}` does it")
+    print("\n".join(lines))
+    return 0
+
+
+def _trial(job, limit: int, output: str | None):
+    """The job on the first `limit` records of each input, into `<output>-limit<N>` unless --output names one: a
+    trial never mixes its shards with the full run's."""
+    trial = job.model_copy(
+        update={
+            "read": job.read.model_copy(update={"limit": limit}),
+            "output": job.output if output else f"{job.output.rstrip('/')}-limit{limit}",
+        }
+    )
+    print(f"corpus: a trial: the first {limit:,} records of each input, into {trial.output}", file=sys.stderr)
+    return trial
+
+
 def _run(args: argparse.Namespace) -> int:
     from corpus.engine import run_job
 
@@ -115,6 +173,8 @@ def _run(args: argparse.Namespace) -> int:
     handlers = {number: signal.signal(number, stop_on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         job = load_job(args.job, output=args.output)
+        if args.limit:
+            job = _trial(job, args.limit, args.output)
         stats = run_job(job, use_ray=not args.no_ray, verbose=args.verbose)
     except (JobError, OutputLocked) as exc:
         print(f"corpus: {exc}", file=sys.stderr)
@@ -206,12 +266,21 @@ def _classifier_train(args: argparse.Namespace) -> int:
 
     try:
         options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
-        report = train(read_texts(args.positive), read_texts(args.negative), args.out, options)
+        positives, negatives = (read_texts(paths, args.text_field) for paths in (args.positive, args.negative))
+        report = train(positives, negatives, args.out, options)
     except ClassifierError as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
     _print_metrics(f"held out ({args.validation:.0%} of each class)", report["held_out"])
-    print(f"wrote {args.out} and {report_path(args.out)} (trained in {report['train']['seconds']:.1f} s)")
+    size = report["model_bytes"] / 1e6
+    print(
+        f"wrote {args.out} ({size:,.0f} MB) and {report_path(args.out)} (trained in {report['train']['seconds']:.1f} s)"
+    )
+    if size > 100 and not args.quantize:
+        print(
+            f"note: the model is {size:,.0f} MB, {args.bucket:,} n-gram rows x {args.dim} floats whatever the data; "
+            "--quantize makes it ~10x smaller (and --bucket 200000 suits a few thousand documents)"
+        )
     return 0
 
 
@@ -219,7 +288,8 @@ def _classifier_eval(args: argparse.Namespace) -> int:
     from corpus.lab.classifier import ClassifierError, QualityModel, evaluate, read_texts
 
     try:
-        result = evaluate(QualityModel(args.model), read_texts(args.positive), read_texts(args.negative))
+        positives, negatives = (read_texts(paths, args.text_field) for paths in (args.positive, args.negative))
+        result = evaluate(QualityModel(args.model), positives, negatives)
     except ClassifierError as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
@@ -258,8 +328,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("job", help="a TOML job file, e.g. jobs/sample.toml")
     run.add_argument("--output", help="output folder or URL (overrides the job file's `output`)")
     run.add_argument("--no-ray", action="store_true", help="run shards one after another in this process")
+    run.add_argument(
+        "--limit", type=_at_least(1), help="a trial: the first N records of each input, into OUTPUT-limitN"
+    )
     run.add_argument("--verbose", action="store_true", help="show Ray's own logs (its workers' output and warnings)")
     run.set_defaults(handler=_run)
+
+    plan = commands.add_parser("plan", help="what `corpus run JOB` would do, doing none of it")
+    plan.add_argument("job", help="a TOML job file")
+    plan.add_argument("--output", help="output folder or URL (overrides the job file's `output`)")
+    plan.add_argument("--limit", type=_at_least(1), help="as `corpus run --limit N`")
+    plan.set_defaults(handler=_plan)
 
     tokenizer = commands.add_parser("tokenizer", help="train a tokenizer").add_subparsers(
         dest="tokenizer_command", required=True
@@ -272,19 +351,24 @@ def main(argv: list[str] | None = None) -> int:
 
     classifier = commands.add_parser("classifier", help="train or evaluate a fastText quality classifier")
     classifier_commands = classifier.add_subparsers(dest="classifier_command", required=True)
-    sources = "documents Parquet (files or a run's documents/), JSONL with 'text', or text files (a document a line)"
+    sources = "documents Parquet (files or a run's documents/), JSONL, or text files (a document a line)"
     train_classifier = classifier_commands.add_parser("train", help="reference text (positive) against crawl")
     train_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
     train_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
     train_classifier.add_argument("--out", required=True, help="the model file (its report: the same name, .json)")
     for option in fields(TrainOptions):
         flag = f"--{option.name.replace('_', '-')}"
-        train_classifier.add_argument(flag, type=type(option.default), default=option.default, help="(%(default)s)")
+        if isinstance(option.default, bool):
+            train_classifier.add_argument(flag, action="store_true", help="(off)")
+        else:
+            train_classifier.add_argument(flag, type=type(option.default), default=option.default, help="(%(default)s)")
     train_classifier.set_defaults(handler=_classifier_train)
     eval_classifier = classifier_commands.add_parser("eval", help="score a labelled set with a model")
     eval_classifier.add_argument("model")
     eval_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
     eval_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
+    for command in (train_classifier, eval_classifier):
+        command.add_argument("--text-field", default="text", help="the texts' column or JSONL field (%(default)s)")
     eval_classifier.set_defaults(handler=_classifier_eval)
 
     report = commands.add_parser("report", help="an HTML report of what each rule of a run dropped, and a summary")

@@ -133,12 +133,13 @@ def read_dataset(
     options: DatasetOptions,
     batch_size: int,
     id_prefix: str,
+    limit: int = 0,
 ) -> tuple[list[pa.Field], Iterator[StageResult]]:
     """(the stored fields of the input's other columns, batches of documents: `DOCUMENTS`, then those columns,
     each with the read stage's counts) of one part of a dataset input; the input's schema is read once, here.
-    `id_prefix`: default ids are `<id_prefix>:<row>` (JSONL: `:<byte offset>`)."""
+    `id_prefix`: default ids are `<id_prefix>:<row>` (JSONL: `:<byte offset>`); `limit`: only the first rows (lines)."""
     if fmt == "jsonl":
-        return jsonl_extra_fields(), _read_jsonl(stream, source, part, options, batch_size, id_prefix)
+        return jsonl_extra_fields(), _read_jsonl(stream, source, part, options, batch_size, id_prefix, limit)
     if fmt == "parquet":
         file = pq.ParquetFile(stream)
         groups = list(range(*part)) if part else list(range(file.num_row_groups))
@@ -155,7 +156,18 @@ def read_dataset(
             f"{', '.join(schema.names)}; map the job's [dataset] keys onto them"
         )
     extras = extra_fields(schema, options)
+    if limit:
+        batches = _first_rows(batches, limit)
     return extras, _table_batches(batches, schema, extras, first_row, source, options, id_prefix)
+
+
+def _first_rows(batches, limit: int):
+    """The batches up to `limit` rows in all."""
+    for batch in batches:
+        if limit <= 0:
+            return
+        yield batch.slice(0, limit)
+        limit -= batch.num_rows
 
 
 def _table_batches(batches, schema, extras, row, source, options, id_prefix) -> Iterator[StageResult]:
@@ -255,8 +267,10 @@ def _read_jsonl(
     options: DatasetOptions,
     batch_size: int,
     id_prefix: str,
+    limit: int = 0,
 ) -> Iterator[StageResult]:
     start, stop = part if part else (0, None)
+    lines_read = 0
     position = start
     if start:
         stream.seek(start - 1)
@@ -269,13 +283,14 @@ def _read_jsonl(
     counts = StageCounts(READ_STAGE)
     started = time.perf_counter()
     for line in iter(stream.readline, b""):
-        if stop is not None and position >= stop:
+        if (stop is not None and position >= stop) or (limit and lines_read >= limit):
             break
         offset, position = position, position + len(line)
         if line_number is not None:
             line_number += 1
         if not line.strip():
             continue
+        lines_read += 1
         try:
             row = json.loads(line)
             if not isinstance(row, dict):

@@ -38,6 +38,9 @@ class ReadOptions(StageOptions):
         ge=1,
         description="a Content-Encoding body inflating past this is dropped as decoded_too_large",
     )
+    limit: int = Field(
+        0, ge=0, description="read only the first N records (WARC) or rows (datasets) of each input; 0: all"
+    )
 
 
 STAGE = "read"
@@ -255,7 +258,11 @@ def read_records(stream: BinaryIO, source: str, options: ReadOptions) -> Iterato
         batch_bytes = 0
         return result
 
+    records_read = 0
     for record in _records(stream, source, counts, state):
+        if options.limit and records_read >= options.limit:
+            break
+        records_read += 1
         seen_any = True
         counts.received += 1
         offset = record.stream_pos

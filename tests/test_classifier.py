@@ -77,6 +77,21 @@ def test_the_classifier_separates_reference_articles_from_crawl_pages_on_held_ou
         train(read_texts([str(positives)]), read_texts([str(negatives)]), str(tmp_path), SMALL)
 
 
+def test_a_quantized_model_is_far_smaller_and_scores_as_well(labelled, tmp_path, capsys):
+    """`--quantize` writes fastText's product-quantized model; an unquantized model over 100 MB gets a note."""
+    positives, negatives = labelled
+    args = ["classifier", "train", "--positive", str(positives), "--negative", str(negatives)]
+    assert main([*args, "--out", str(tmp_path / "dense.bin"), "--bucket", "500000"]) == 0
+    said = capsys.readouterr().out
+    assert "note: the model is 128 MB, 500,000 n-gram rows x 64 floats whatever the data; --quantize" in said
+    assert main([*args, "--out", str(tmp_path / "small.ftz"), "--bucket", "500000", "--quantize"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    dense, small = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("dense", "small"))
+    assert small["model_bytes"] * 10 < dense["model_bytes"] == (tmp_path / "dense.bin").stat().st_size
+    assert small["held_out"]["roc_auc"] >= dense["held_out"]["roc_auc"] - 0.02
+    assert small["settings"]["quantize"] and not dense["settings"]["quantize"]
+
+
 def test_training_settings_out_of_range_are_refused_with_the_setting_named(capsys):
     assert main(["classifier", "train", "--positive", "a", "--negative", "b", "--out", "m.bin", "--epochs", "0"]) == 2
     assert capsys.readouterr().err == "corpus: epochs must be at least 1, got 0\n"
@@ -100,8 +115,13 @@ def test_labelled_files_in_each_format(tmp_path):
         "second line",
     ]
     (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"body": "no text field"}\n')
-    with pytest.raises(ClassifierError, match="bad.jsonl line 2: expected a JSON object with a 'text' field"):
+    with pytest.raises(ClassifierError, match="bad.jsonl line 2: expected a JSON object with a 'text' field; name"):
         read_texts([str(tmp_path / "bad.jsonl")])
+    pq.write_table(pa.table({"body": ["a body"], "text": ["not this"]}), tmp_path / "d.parquet")
+    (tmp_path / "e.jsonl").write_text('{"body": "a json body"}\n')
+    assert read_texts([str(tmp_path / "d.parquet"), str(tmp_path / "e.jsonl")], "body") == ["a body", "a json body"]
+    with pytest.raises(ClassifierError, match="b.jsonl line 1: expected a JSON object with a 'body' field"):
+        read_texts([str(tmp_path / "b.jsonl")], "body")
     with pytest.raises(ClassifierError, match="missing.txt: no such file"):
         read_texts([str(tmp_path / "missing.txt")])
 

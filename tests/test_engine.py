@@ -262,6 +262,34 @@ def test_kernels_are_cached_per_state_of_the_sources_and_the_latest_three_sets_k
     assert sorted(p.name for p in kernels.iterdir()) == ["current", "newer", "newest"]
 
 
+def test_plan_says_what_a_run_would_do_and_a_trial_reads_the_first_records_apart(tmp_path, capsys):
+    """`corpus plan` writes nothing and counts the shards to extract, keep and re-annotate; `--limit N` reads the
+    first N records of each input into OUTPUT-limitN; an input with no record is named in a warning."""
+    from corpus.cli import main
+
+    a, b = sample_in_two_shards(tmp_path)
+    (tmp_path / "empty.warc.gz").write_bytes(b"")
+    job = write_job(tmp_path, [a, b], tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
+    assert main(["plan", str(job)]) == 0
+    said = capsys.readouterr().out
+    assert "2 input(s), 2 shard(s)" in said and "to extract: 2 (" in said and not (tmp_path / "out").exists()
+    assert main(["run", str(job), "--no-ray", "--limit", "20"]) == 0
+    assert f"a trial: the first 20 records of each input, into {tmp_path / 'out'}-limit20" in capsys.readouterr().err
+    stats = json.loads((tmp_path / "out-limit20" / "stats.json").read_text())
+    assert [shard["stages"]["read"]["received"] for shard in stats["per_shard"].values()] == [20, 20]
+    assert not (tmp_path / "out").exists()
+    assert main(["run", str(job), "--no-ray"]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(job)]) == 0
+    assert "complete, kept as they are: 2" in capsys.readouterr().out
+    job.write_text(job.read_text().replace('["gopher_quality"]', '["gopher_quality", "top_word"]'))
+    assert main(["plan", str(job)]) == 0
+    assert "to re-annotate from their stored documents (the rules changed): 2" in capsys.readouterr().out
+    job = write_job(tmp_path, [a, str(tmp_path / "empty.warc.gz")], tmp_path / "with-empty", name="empty")
+    assert main(["run", str(job), "--no-ray"]) == 0
+    assert f"1 input(s) held no record at all: {tmp_path / 'empty.warc.gz'}; check" in capsys.readouterr().out
+
+
 def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_is_redone(tmp_path, capsys):
     """Nothing of a text file named .warc.gz can be read: its shard fails (exit 1, named), is not complete, and
     the run after a real WARC is copied over it reads it; a file replaced at the same path is extracted again."""
@@ -275,7 +303,10 @@ def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_i
     printed = capsys.readouterr().out
     assert f"failed shard {b}: InputFailed: {b}: no WARC record found; file starts with b'just some text, " in printed
     assert main(["run", str(job), "--no-ray"]) == 1  # not marked complete: tried again, and fails again
-    assert "1 / 2 (1 from an earlier run)" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    rows = said.splitlines()
+    assert any("shards complete / planned" in row and row.split()[-4:] == ["1", "/", "2", "│"] for row in rows)
+    assert any("complete from an earlier run" in row and row.split()[-2] == "1" for row in rows)
     (tmp_path / "b.warc.gz").write_bytes(real_b)
     assert main(["run", str(job), "--no-ray"]) == 0
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())

@@ -117,8 +117,9 @@ def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_ma
         run = subprocess.run([sys.executable, "-m", "corpus.cli", "run", str(job)], env=environment,
                              capture_output=True, text=True, timeout=600)  # fmt: skip
         assert run.returncode == 0, run.stderr
-        first = run.stderr.splitlines()[0]
-        assert first.endswith(f"running on a local Ray cluster of this run's own ({os.cpu_count()} CPUs)"), first
+        first, second = run.stderr.splitlines()[:2]  # said before Ray's seconds of start-up, then where it runs
+        assert first.endswith("starting a local Ray cluster for this run (a few seconds)"), first
+        assert second.endswith(f"running on a local Ray cluster of this run's own ({os.cpu_count()} CPUs)"), second
         noise = [line for line in run.stderr.splitlines() if not re.match(r"\[\d\d:\d\d:\d\d\] ", line)]
         assert noise == []  # quiet: only the run's own progress lines, none of Ray's
         check = "import ray; ray.init(address='127.0.0.1:%d', log_to_driver=False); print(len(ray.state.jobs()))"

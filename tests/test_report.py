@@ -118,7 +118,9 @@ def test_the_report_numbers_equal_the_runs_stats(sample_run):
     for row in data["rules"]:
         first = sum(e["dropped_first"] for reason, e in stats["rules"].items() if reason.split(".")[0] == row["rule"])
         assert row["dropped_first"] == first and row["exclusive_documents"] <= row["documents"]
-    assert data["dedup"] == {k: v for k, v in stats["stages"]["dedup"]["dropped"].items()}
+    dropped_by_step = stats["stages"]["dedup"]["dropped"]
+    assert data["dedup"] == {step: dropped_by_step.get(step, 0) for step in data["dedup"]}  # every step, in order
+    assert list(data["dedup"]) == ["url_duplicate", "exact_duplicate", "minhash_duplicate"]
     assert sum(d["dropped"] for d in data["domains"]) <= stats["totals"]["dropped"].get(
         "language.allowed.min", 0
     ) + sum(dropped.values())
@@ -235,6 +237,25 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
             shown["no red"] += 1
             assert not red.any(), threshold.reason
     assert shown == {"red bar": 2, "red line": 10, "no red": len(view.thresholds) - 12}
+
+
+def test_the_run_summary_reads_whole_at_80_columns(sample_run):
+    """Every stage in the pipeline's order, every reason and count whole on its line, the modifiers' cut said."""
+    from rich.console import Console
+
+    from corpus.cli import summary_table
+
+    _, stats = sample_run
+    console = Console(width=80, record=True)
+    console.print(summary_table(stats))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in "".join(lines)
+    stages = [line.split()[1].rstrip(":") for line in lines if "received → kept" in line]
+    assert stages == ["read", "prefilter", "extract", "annotate", "select", "dedup"]
+    for reason, count in stats["stages"]["select"]["dropped"].items():
+        assert any(f"dropped: {reason} " in line and line.split()[-2] == f"{count:,}" for line in lines), reason
+    cut = 1 - stats["tokens"]["characters"]["after_modifiers"] / stats["tokens"]["characters"]["stored"]
+    assert 0 < cut < 0.5 and any("characters the modifiers removed" in line and f"{cut:.1%}" in line for line in lines)
 
 
 def test_report_and_inspect_commands(sample_run, tmp_path, capsys):

@@ -2,7 +2,7 @@
 
 from corpus.engine.run_folder import OutputLocked, RunFolder
 
-_RUN = ("StaleOutput", "completed_shards", "ensure_ray", "run_job")
+_RUN = ("StaleOutput", "completed_shards", "dry_run", "ensure_ray", "run_job")
 
 
 def __getattr__(name: str):

@@ -99,6 +99,8 @@ def make_plan(job: Job) -> Plan:
     fields_by_input = {}
     for source in job.resolved_inputs:
         parts, fields = input_parts(source, job.dataset.for_source(source))
+        if job.read.limit:  # the first rows of each input: one task reads them
+            parts = [None]
         if fields is not None:
             fields_by_input[source] = fields
         for part in parts:

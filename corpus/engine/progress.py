@@ -16,6 +16,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def log_line(message: str, stream=None) -> None:
+    """One timestamped line of a run's log."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=stream or sys.stderr, flush=True)
+
+
 class RunProgress:
     def __init__(self, total_shards: int, skipped: int, stream=None, where: str = "", unit: str = "shard",
                  counts: tuple[str, str] = ("records", "documents")):  # fmt: skip
@@ -57,7 +62,7 @@ class RunProgress:
         return f"{first} {self.records:,} · {second} {self.documents:,} · {self._rate():,.1f} {second}/s"
 
     def _log(self, message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=self.stream, flush=True)
+        log_line(message, self.stream)
 
     def update(self, records: int, documents: int) -> None:
         """Totals so far in this run."""

@@ -22,7 +22,7 @@ from corpus.engine import tokens as tokens_phase
 from corpus.engine.input_stream import input_identity
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
-from corpus.engine.progress import RunProgress, counted
+from corpus.engine.progress import RunProgress, counted, log_line
 from corpus.engine.run_folder import JOB_COPY, MANIFEST, STATS, RunFolder, shard_report_path
 from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
@@ -97,8 +97,9 @@ def ensure_ray(verbose: bool = False) -> str:
 class Runners:
     """The in-process runner, and Ray's, started the first time a phase needs it; says where each one runs."""
 
-    def __init__(self, options: Job, use_ray: bool, verbose: bool = False):
+    def __init__(self, options: Job, use_ray: bool, verbose: bool = False, stream=None):
         self.options = options
+        self.stream = stream
         self.use_ray = use_ray
         self.verbose = verbose
         self.progress: RunProgress | None = None
@@ -118,6 +119,12 @@ class Runners:
 
     def ray(self) -> RayRunner:
         if self._ray is None:
+            if not os.environ.get("RAY_ADDRESS"):  # else silent for the seconds Ray takes to start
+                starting = "starting a local Ray cluster for this run (a few seconds)"
+                if self.progress is not None:
+                    self.progress.note(starting)
+                else:
+                    log_line(starting, self.stream)
             self.where_ray = "on " + ensure_ray(self.verbose)
             if self.progress is not None:
                 self.progress.note(f"running {self.where_ray}")
@@ -158,6 +165,42 @@ def completed_shards(job: Job) -> tuple[int, int]:
     return sum(shard_report_path(shard.id) in present for shard in plan.shards), len(plan.shards)
 
 
+def dry_run(job: Job) -> dict:
+    """What `run_job` would do, doing none of it and writing nothing: inputs, shards, which are complete and which
+    would be extracted or re-annotated (and why), the bytes to read, and the phases after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    plan = make_plan(job)
+    options = plan.options
+    stored = _stored_reports(plan)  # a folder holding another job's shards is refused here too
+    changed, unchecked = ([], {}) if job.documents_from else _changed_inputs(plan, stored)
+    key = shard_key(options)
+    todo = {"complete": [], "extract": [], "reannotate": []}
+    for shard in plan.shards:
+        report = None if shard.id in changed else stored.get(shard.id)
+        state = "complete" if report and report.get("key") == key else "reannotate" if report else "extract"
+        todo[state].append(shard)
+    sources = list(dict.fromkeys(shard.source for shard in todo["extract"]))
+    with ThreadPoolExecutor(32) as pool:
+        sizes = dict(zip(sources, pool.map(_identity_or_failure, sources), strict=True))
+    unknown = [source for source, found in sizes.items() if isinstance(found, str)]
+    return {
+        "job": job.name,
+        "output": job.output,
+        "inputs": len(dict.fromkeys(shard.source for shard in plan.shards)),
+        "shards": {state: len(shards) for state, shards in todo.items()},
+        "changed_inputs": len(changed),
+        "unchecked_inputs": len(unchecked),
+        "bytes_to_read": sum(found["size"] or 0 for found in sizes.values() if isinstance(found, dict)),
+        "inputs_of_unknown_size": len(unknown),
+        "first_to_extract": todo["extract"][0].source if todo["extract"] else None,
+        "rules": [name for name, _ in options.rule_settings],
+        "corpus_rules": [rule.name for rule in corpus_rules(options)],
+        "dedup": list(options.dedup.steps),
+        "tokenize": bool(options.tokenize.tokenizer),
+    }
+
+
 def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> tuple[list[str], dict[str, str]]:
     """Ids of the stored shards whose input is no longer the file they were made from (size, ETag or mtime), and
     the inputs that could not be looked up (with why): their shards are kept as made, rather than extracted again
@@ -196,6 +239,8 @@ class PhaseClock:
 def run_job(job: Job, use_ray: bool = True, progress_stream=None, verbose: bool = False) -> dict:
     """Run (or resume) a job; returns its stats, also written to `stats.json` in the output folder. `verbose`: Ray's
     own logs reach the terminal."""
+    if use_ray and os.environ.get("RAY_ADDRESS"):
+        ensure_ray(verbose)  # a cluster that does not answer is refused before the output folder is touched
     folder = RunFolder(job.output)
     folder.lock()
     try:
@@ -228,7 +273,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
             f"{job.documents_from} lacks {len(work)} shard(s) with this job's signals (first: "
             f"{work[0].shard.source}): run the documents job to completion first; a variant only selects"
         )
-    runners = Runners(options, use_ray, verbose)
+    runners = Runners(options, use_ray, verbose, progress_stream)
     extractor = runners.pick(needs_workers=bool(work))
     progress = RunProgress(len(plan.shards), len(plan.shards) - len(work), progress_stream, runners.where(extractor))
     runners.progress = progress
@@ -297,13 +342,14 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         shards = [shard for shard in shards if shard.id in selections]
         clock.lap("dedup")
 
-    tokenized, emptied = None, 0
+    tokenized, emptied, chars = None, 0, (0, 0)
     if options.tokenize.tokenizer:
         progress.note(f"tokenize: {counted(len(shards), 'shard')} into token files")
         tasks = tokens_phase.tokenize_tasks(selecting, shards, selection_keys, bucket_of)
         tokenize_failed: dict[str, str] = {}
         tokenized = run_phase(runner, selecting, tasks, tokenize_failed)
         emptied = sum(report["emptied"] for report in tokenized.values())  # shuffled, the buckets do not know
+        chars = tuple(sum(r.get(n, 0) for r in tokenized.values()) for n in ("chars_stored", "chars_trained"))
         failed.update(tokenize_failed)
         if options.tokenize.shuffle_seed is not None and not tokenize_failed:
             buckets = tokens_phase.bucket_tasks(selecting, list(tokenized.values()), plan_key)
@@ -317,7 +363,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
     wall = time.perf_counter() - started
-    stats = summarize(options, ordered, selections, failed, wall, thresholds, tokenized, emptied)
+    stats = summarize(options, ordered, selections, failed, wall, thresholds, tokenized, emptied, chars)
     stats["runners"] = {"extract": runners.where(extractor), "select onwards": runners.where(runner)}
     stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where
     folder.write_json(STATS, stats)

@@ -111,7 +111,14 @@ def process_shard(job: Job, task: Task, context: Context) -> dict:
     with opened as stream:
         if dataset:
             extras, batches = read_dataset(
-                stream, shard.source, fmt, shard.part, mapping, job.read.batch_size, shard_id(shard.source)
+                stream,
+                shard.source,
+                fmt,
+                shard.part,
+                mapping,
+                job.read.batch_size,
+                shard_id(shard.source),
+                job.read.limit,
             )
             _unplanned_columns(extras, schema, shard.label)
         else:

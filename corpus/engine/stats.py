@@ -47,6 +47,16 @@ def _thresholds_failing_everything(thresholds: list, failing: Counter, select: S
     ]
 
 
+def _empty_inputs(reports: list[dict]) -> list[str]:
+    """A warning naming the inputs that held no record at all (an empty or truncated file, a wrong path in a
+    listing): complete, but likely not what the user meant to read."""
+    empty = [r["source"] for r in reports if r["stages"]["read"]["received"] == 0 and r.get("part") is None]
+    if not empty:
+        return []
+    more = f" and {len(empty) - 1:,} more" if len(empty) > 1 else ""
+    return [f"{len(empty):,} input(s) held no record at all: {empty[0]}{more}; check that they are the files meant"]
+
+
 def summarize(
     job: Job,
     reports: list[dict],
@@ -56,9 +66,11 @@ def summarize(
     thresholds: list,
     tokenized: dict[str, dict] | None = None,
     emptied: int = 0,
+    chars: tuple[int, int] = (0, 0),
 ) -> dict:
     """Everything a run did, from its shard reports (including shards completed by an earlier attempt) and the
-    selection of each shard."""
+    selection of each shard; `emptied` and `chars` (stored, after the modifiers): what the tokenize tasks
+    counted of the kept documents."""
     stages = {stage: StageCounts(stage) for stage in ALL_STAGES}
     errors: list[dict] = []
     failing: Counter = Counter()
@@ -124,13 +136,15 @@ def summarize(
             for threshold in thresholds
         },
         "dedup": _dedup_summary(job, stages.get("dedup")),
-        "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select")),
+        "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select")) + _empty_inputs(reports),
         "tokens": (
             {
                 "documents": sum(r["documents"] for r in tokenized.values()),
                 "tokens": sum(r["tokens"] for r in tokenized.values()),
                 "files": sum(len(r["files"]) for r in tokenized.values()),
                 "emptied_by_modifiers": emptied,  # counted by the shards' tokenize tasks, not by shuffle buckets
+                # the kept documents' characters as stored, and as the modifiers left them to be tokenized
+                "characters": {"stored": chars[0], "after_modifiers": chars[1]},
             }
             if tokenized is not None
             else None

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from corpus.config.job import Job
 from corpus.engine.corpus_rules import combined_summaries
@@ -72,7 +73,7 @@ def tokenize_shard(job: Job, task: Task, context: Context) -> dict:
     tokenizer = load_once(TextTokenizer, options.tokenizer, options.separator)
     kept = folder.read_table(selection_path(shard.id), columns=["kept"]).column("kept").to_numpy()
     combined = combined_summaries(job, task.param("bucket")) if corpus_rules(job) else {}
-    emptied = {"documents": 0}
+    emptied = {"documents": 0, "chars_stored": 0, "chars_trained": 0}
     tables = _token_tables(job, shard, kept, tokenizer, combined, emptied)
     if options.shuffle_seed is None:
         folder.remove(f"tokens/shards/{shard.id}-[0-9][0-9][0-9][0-9][0-9].parquet")
@@ -86,6 +87,8 @@ def tokenize_shard(job: Job, task: Task, context: Context) -> dict:
         "documents": sum(f["rows"] for f in files),
         "tokens": sum(f.get("tokens", 0) for f in files),  # shuffled: counted by the bucket tasks
         "emptied": emptied["documents"],
+        "chars_stored": emptied["chars_stored"],  # the kept documents' characters as stored ...
+        "chars_trained": emptied["chars_trained"],  # ... and after the modifiers, as tokenized
     }
 
 
@@ -130,7 +133,7 @@ def write_token_manifest(job: Job, reports: list[dict], thresholds: list, emptie
 def _token_tables(job: Job, shard: Shard, kept, tokenizer, combined, emptied: dict):
     """The shard's selected documents as token rows, a table per row group of `row_group_documents` documents;
     a document whose training text the modifiers emptied (every line a duplicate, say) is not written, only
-    counted in `emptied`."""
+    counted in `emptied`, which also counts the characters before and after the modifiers."""
     options = job.tokenize
     row = 0
     columns = ["id", "text", "url", "domain", "lang", "lang_score"]
@@ -142,6 +145,8 @@ def _token_tables(job: Job, shard: Shard, kept, tokenizer, combined, emptied: di
         texts = training_texts(job, chosen, combined)
         has_text = np.array([bool(text.strip()) for text in texts], np.bool_)
         emptied["documents"] += int((~has_text).sum())
+        emptied["chars_stored"] += int(pc.sum(pc.utf8_length(chosen.column("text"))).as_py() or 0)
+        emptied["chars_trained"] += sum(map(len, texts))
         if has_text.any():
             yield tokenize_documents(
                 chosen.column("id").combine_chunks().filter(pa.array(has_text)),

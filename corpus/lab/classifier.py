@@ -26,9 +26,9 @@ import numpy as np
 from corpus.rules.quality_classifier import MAX_CHARS, NEGATIVE, POSITIVE, ClassifierError, QualityModel, normalise
 
 
-def read_texts(paths: list[str]) -> list[str]:
-    """Documents from files: Parquet (its `text` column; a folder: every `*.parquet` in it, e.g. a run's
-    `documents/`), JSONL (a `text` field per line; `.gz` too), or plain text (one document per line)."""
+def read_texts(paths: list[str], field: str = "text") -> list[str]:
+    """Documents from files: Parquet (its `field` column; a folder: every `*.parquet` in it, e.g. a run's
+    `documents/`), JSONL (a `field` field per line; `.gz` too), or plain text (one document per line)."""
     texts: list[str] = []
     for name in paths:
         path = Path(name)
@@ -36,16 +36,19 @@ def read_texts(paths: list[str]) -> list[str]:
             files = sorted(path.glob("*.parquet"))
             if not files:
                 raise ClassifierError(f"{path} is a folder with no .parquet files; give files or a run's documents/")
-            texts.extend(read_texts([str(f) for f in files]))
+            texts.extend(read_texts([str(f) for f in files], field))
         elif not path.is_file():
             raise ClassifierError(f"{path}: no such file")
         elif path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
             schema = pq.read_schema(path)
-            if "text" not in schema.names:
-                raise ClassifierError(f"{path} has no 'text' column (columns: {', '.join(schema.names)})")
-            texts.extend(t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t)
+            if field not in schema.names:
+                raise ClassifierError(
+                    f"{path} has no {field!r} column (columns: {', '.join(schema.names)}); name the text's column "
+                    "with --text-field"
+                )
+            texts.extend(t for t in pq.read_table(path, columns=[field]).column(field).to_pylist() if t)
         elif path.name.endswith((".jsonl", ".jsonl.gz")):
             opener = gzip.open if path.suffix == ".gz" else open
             with opener(path, "rt", encoding="utf-8") as fh:
@@ -53,9 +56,12 @@ def read_texts(paths: list[str]) -> list[str]:
                     if not line.strip():
                         continue
                     try:
-                        text = json.loads(line)["text"]
+                        text = json.loads(line)[field]
                     except (json.JSONDecodeError, KeyError, TypeError):
-                        message = f"{path} line {number}: expected a JSON object with a 'text' field"
+                        message = (
+                            f"{path} line {number}: expected a JSON object with a {field!r} field; name the text's "
+                            "field with --text-field"
+                        )
                         raise ClassifierError(message) from None
                     if text:
                         texts.append(text)
@@ -95,6 +101,7 @@ class TrainOptions:
     seed: int = 0
     threads: int = 1  # more: faster, but fastText then trains a different model each time
     bucket: int = 2_000_000  # hashed word n-gram rows (fastText's default): the model holds bucket x dim floats
+    quantize: bool = False  # product-quantize the model (fastText's .ftz): ~10-100x smaller, scores within ~1 %
 
     def __post_init__(self) -> None:
         for name, least in (("epochs", 1), ("dim", 1), ("word_ngrams", 1), ("min_count", 1), ("threads", 1),
@@ -138,7 +145,7 @@ def train(positives: list[str], negatives: list[str], out: str, options: TrainOp
             "thread": options.threads,
             "bucket": options.bucket,
         }
-        fit_fasttext(str(data), out, settings)
+        fit_fasttext(str(data), out, settings, options.quantize)
     seconds = time.perf_counter() - started
     report = {
         "model": out,
@@ -147,19 +154,21 @@ def train(positives: list[str], negatives: list[str], out: str, options: TrainOp
         "train": {"per_class": size - held, "seconds": round(seconds, 3)},
         "settings": asdict(options) | {"max_chars": MAX_CHARS},
         "held_out": evaluate(QualityModel(out), held_out[POSITIVE], held_out[NEGATIVE]),
+        "model_bytes": Path(out).stat().st_size,
     }
     report_path(out).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
-def fit_fasttext(data: str, out: str, settings: dict) -> None:
-    """`fasttext.train_supervised(input=data, **settings)` saved to `out`, in a process of its own: fastText
-    trained twice in one process (or after predicting) can diverge (NaN) with the same data and seed; in a new
-    process the same run always succeeds and gives the same model."""
+def fit_fasttext(data: str, out: str, settings: dict, quantize: bool = False) -> None:
+    """`fasttext.train_supervised(input=data, **settings)` (then `quantize`d, its output matrix kept dense) saved to
+    `out`, in a process of its own: fastText trained twice in one process (or after predicting) can diverge (NaN)
+    with the same data and seed; in a new process the same run always succeeds and gives the same model."""
     code = (
         "import sys, json, fasttext\n"
         "model = fasttext.train_supervised(input=sys.argv[1], verbose=0, **json.loads(sys.argv[3]))\n"
-        "model.save_model(sys.argv[2])"
+        + ("model.quantize(input=sys.argv[1], qnorm=True, retrain=False)\n" if quantize else "")
+        + "model.save_model(sys.argv[2])"
     )
     partial = f"{out}.partial"  # a job reading the model never sees half a file
     fit = subprocess.run(
