@@ -1,12 +1,13 @@
 """C4: line removal (a modifier) and the page-level drops of the Colossal Clean Crawled Corpus.
 
 Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer", section
-2.2, in the order datatrove's `C4QualityFilter` applies it (TFDS `c4_utils` plus its cookie/policy lines): per
-line, drop lines with a word over 1,000 characters, strip Wikipedia citation marks, drop lines without terminal
-punctuation (or ending in '...'), with fewer than 3 words, mentioning javascript, or with a policy/cookie phrase;
-the page is dropped if a surviving line says 'lorem ipsum' or has a curly bracket, or fewer than 5 sentences
-survive. As a modifier, the rules after this one see the surviving lines. Sentences are counted with a
-punctuation rule rather than spaCy's sentencizer (see `SENTENCE_MARKS`).
+2.2, in the order datatrove's `C4QualityFilter` applies it (TFDS `c4_utils` plus its cookie/policy lines): per line,
+drop lines with a word over 1,000 characters, strip Wikipedia citation marks, drop lines without terminal
+punctuation (or ending in '...'; FineWeb turned this off: `drop_unpunctuated_lines = false`), with fewer than 3
+words, mentioning javascript, or with a policy/cookie phrase; the page is dropped if a surviving line says 'lorem
+ipsum' or has a curly bracket, or fewer than 5 sentences survive. As a modifier, the rules after this one see the
+surviving lines. Sentences are counted with a punctuation rule rather than spaCy's sentencizer (see
+`SENTENCE_MARKS`).
 
 One Numba pass over the batch's code points does it, with Python's string semantics: `str.splitlines`'s line
 breaks, `str.strip` and `str.split` on `str.isspace` characters, `str.lower` for the phrases, `re`'s matches for
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from corpus.rulebook import Rule, Signal, Span, register
+from corpus.rulebook import Rule, RuleOptions, Signal, Span, register
 from corpus.text.batch import DocumentBatch
 from corpus.text.words import DIGIT, SPACE, character_classes, run_end
 
@@ -155,7 +156,9 @@ def _sentences(line, n, flags, c4_flags):
 
 
 @njit(cache=True)
-def _c4_pass(cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, citation_words, max_word, min_words):
+def _c4_pass(
+    cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, citation_words, max_word, min_words, punct
+):
     """Per text: the kept text (into `kept`, at `kept_offsets`), sentences, lorem ipsum, curly bracket, lines
     removed, and the first removed line's span in the text (start, end; -1 when none)."""
     n_texts = len(text_offsets) - 1
@@ -206,7 +209,7 @@ def _c4_pass(cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, c
                     n += 1
                     i += 1
                 ellipsis = n >= 3 and line[n - 1] == 46 and line[n - 2] == 46 and line[n - 3] == 46
-                if n == 0 or not c4_flags[line[n - 1]] & _END_PUNCT or ellipsis:
+                if punct and (n == 0 or not c4_flags[line[n - 1]] & _END_PUNCT or ellipsis):
                     removed = True
                 else:
                     words = 0
@@ -243,8 +246,10 @@ def _c4_pass(cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, c
                 kept[out : out + n] = line[:n]
                 out += n
             start = next_start
-        # "\n".join(kept).strip(): a kept line ends in C4's punctuation, and only a citation cut can leave the
-        # first one starting blank
+        # "\n".join(kept).strip(): a citation cut can leave the first line starting blank, and the last ending blank
+        # where unpunctuated lines are kept
+        while out > text_start and flags[kept[out - 1]] & SPACE:
+            out -= 1
         lead = run_end(kept, flags, text_start, out, SPACE)
         if lead > text_start:
             kept[text_start : out - (lead - text_start)] = kept[lead:out].copy()
@@ -253,7 +258,7 @@ def _c4_pass(cp, text_offsets, flags, c4_flags, lower, phrases, starting_with, c
     return kept[:out], kept_offsets, stats
 
 
-def c4_pass(points: np.ndarray, text_offsets: np.ndarray):
+def c4_pass(points: np.ndarray, text_offsets: np.ndarray, drop_unpunctuated_lines: bool = True):
     """(kept code points, their offsets per text, per-text stats) over `code_points(texts)`."""
     return _c4_pass(
         points,
@@ -266,12 +271,17 @@ def c4_pass(points: np.ndarray, text_offsets: np.ndarray):
         _CITATION_WORDS,
         MAX_WORD_CHARS,
         MIN_LINE_WORDS,
+        drop_unpunctuated_lines,
     )
 
 
 @register
 class C4(Rule):
     """C4's line removal (terminal punctuation, javascript, policy lines...) and page drops (Raffel et al. 2020)."""
+
+    class Options(RuleOptions):
+        drop_unpunctuated_lines: bool = True
+        """Remove lines not ending in terminal punctuation (C4); FineWeb ran C4's filter with this off."""
 
     name = "c4"
     position = 50  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
@@ -286,7 +296,7 @@ class C4(Rule):
     defaults = {"sentences": {"min": 5}, "lorem_ipsum": {"max": False}, "curly_bracket": {"max": False}}
 
     def modify(self, docs: DocumentBatch) -> tuple[dict, list[str]]:
-        kept, offsets, stats = c4_pass(*docs.code_points)
+        kept, offsets, stats = c4_pass(*docs.code_points, self.options.drop_unpunctuated_lines)
         joined = kept.tobytes().decode("utf-32-le", "surrogatepass")
         bounds = offsets.tolist()
         texts = [joined[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -308,6 +318,6 @@ class C4(Rule):
             at = lower.find(needle)
             if at >= 0:
                 return Span(at, at + len(needle), label)
-        _, _, stats = c4_pass(*DocumentBatch([text]).code_points)
+        _, _, stats = c4_pass(*DocumentBatch([text]).code_points, self.options.drop_unpunctuated_lines)
         start, end = stats[0, 4:6].tolist()
         return Span(start, end, "removed line") if start >= 0 else None

@@ -624,9 +624,9 @@ def test_c4_sentence_count_skips_initials_after_capitals():
     assert signals("c4", ['She said "no end mark here"'])["sentences"] == [1]  # a kept line is one at least
 
 
-def c4_with_string_methods(text: str) -> tuple[str, int, bool, bool, int]:
+def c4_with_string_methods(text: str, drop_unpunctuated_lines: bool = True) -> tuple[str, int, bool, bool, int]:
     """C4's line pass written with Python's string calls, as datatrove's `C4QualityFilter` does it: (kept text,
-    sentences, lorem ipsum, curly bracket, lines removed)."""
+    sentences, lorem ipsum, curly bracket, lines removed); `drop_unpunctuated_lines`: its filter_no_terminal_punct."""
     import re
 
     citation = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
@@ -638,7 +638,8 @@ def c4_with_string_methods(text: str) -> tuple[str, int, bool, bool, int]:
             removed += 1
             continue
         line = citation.sub("", line)
-        if not line.endswith((".", "?", "!", '"', "'")) or line.endswith("...") or len(line.split(maxsplit=2)) < 3:
+        unpunctuated = not line.endswith((".", "?", "!", '"', "'")) or line.endswith("...")
+        if (drop_unpunctuated_lines and unpunctuated) or len(line.split(maxsplit=2)) < 3:
             removed += 1
             continue
         lower = line.lower()
@@ -660,13 +661,13 @@ def c4_with_string_methods(text: str) -> tuple[str, int, bool, bool, int]:
     return "\n".join(kept).strip(), sentences, False, False, removed
 
 
-def _c4_agrees_with_string_methods(texts: list[str]) -> None:
-    rule = discover()["c4"]()
+def _c4_agrees_with_string_methods(texts: list[str], drop_unpunctuated_lines: bool = True) -> None:
+    rule = discover()["c4"](discover()["c4"].Options(drop_unpunctuated_lines=drop_unpunctuated_lines))
     for start in range(0, len(texts), 500):
         chunk = texts[start : start + 500]
         values, kept = rule.modify(DocumentBatch(chunk))
         for i, text in enumerate(chunk):
-            expected = c4_with_string_methods(text)
+            expected = c4_with_string_methods(text, drop_unpunctuated_lines)
             got = (
                 kept[i],
                 *(values[name][i] for name in ("sentences", "lorem_ipsum", "curly_bracket", "lines_removed")),
@@ -687,11 +688,21 @@ def test_c4_pass_equals_pythons_string_methods_on_random_tricky_text():
               "'", "…", "。", "”", ")", "A.", "J.", "U.S.A..", "Mr.", "word", "the", "x" * 1001, "y" * 999]  # fmt: skip
     texts = ["", " ", "\n", "[1] a b c.", "a b c. [1]"]
     texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(5_000)]
-    _c4_agrees_with_string_methods(texts)
+    for drop_unpunctuated_lines in (True, False):  # C4's, FineWeb's
+        _c4_agrees_with_string_methods(texts, drop_unpunctuated_lines)
 
 
 def test_c4_pass_equals_pythons_string_methods_on_real_documents():
-    _c4_agrees_with_string_methods(real_documents().column("text").to_pylist())
+    for drop_unpunctuated_lines in (True, False):
+        _c4_agrees_with_string_methods(real_documents().column("text").to_pylist(), drop_unpunctuated_lines)
+
+
+def test_c4_keeps_unpunctuated_lines_as_fineweb_ran_it():
+    """A menu of lines without full stops: C4 removes them and drops the page (fewer than 5 sentences); FineWeb's
+    setting keeps them, each a sentence."""
+    text = "\n".join(f"Section {i} of the site menu here" for i in range(6))
+    assert signals("c4", [text])["sentences"] == [0]
+    assert signals("c4", [text], drop_unpunctuated_lines=False)["sentences"] == [6]
 
 
 def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_in():
