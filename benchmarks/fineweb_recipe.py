@@ -55,6 +55,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe_differences import explain_differences
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CC_PAGES_PER_SNAPSHOT = 90_000 * 45_000  # one Common Crawl snapshot: ~90,000 WARCs of ~45,000 HTML pages
 # Common Crawl's language statistics (commoncrawl.github.io/cc-crawl-statistics/plots/languages, CLD2 on every
@@ -190,6 +192,7 @@ rules = ["url"]
 [extract]
 extractor = "{extractor}"
 prepass_languages = ["en"]
+lid_max_chars = 10_000_000   # language ID on the whole text, as datatrove's LanguageFilter reads it
 [annotate]
 rules = ["url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb"]
 [rules.url]
@@ -199,6 +202,8 @@ banned_subwords = "{lists / "banned_subwords.txt"}"
 soft_banned_words = "{lists / "soft_banned_words.txt"}"
 [rules.language]
 languages = ["en"]
+[rules.c4]
+drop_unpunctuated_lines = false   # FineWeb's C4QualityFilter(filter_no_terminal_punct=False)
 [dedup]
 keys = ["minhash"]
 [dedup.minhash]
@@ -308,61 +313,6 @@ def run_datatrove(source: Path, output: Path, extractor: str, shared: Path, expl
     pipelines = [("filtering", filtering)] + ([] if explain else [("signatures", signatures), ("tokens", tokens)])
     for name, pipeline in pipelines:
         LocalPipelineExecutor(pipeline, tasks=1, workers=1, logging_dir=str(output / "logs" / name)).run()
-
-
-DATATROVE_FILTERS = ("url", "language", "gopher_repetition", "gopher_quality", "c4", "fineweb")
-
-
-def _jsonl_ids(folder: Path) -> list[str]:
-    import gzip
-
-    return [
-        json.loads(line)["id"].strip("<>")
-        for path in sorted(folder.glob("*.jsonl.gz"))
-        for line in gzip.open(path, "rt", encoding="utf-8")
-    ]
-
-
-def datatrove_decisions(output: Path) -> dict[str, str]:
-    """Per page id: 'kept', or the datatrove filter that dropped it (an `explain` run's exclusion files)."""
-    decided = {}
-    for name in DATATROVE_FILTERS:
-        decided |= dict.fromkeys(_jsonl_ids(output / "excluded" / name), name)
-    return decided | dict.fromkeys(_jsonl_ids(output / "filtered"), "kept")
-
-
-def our_decisions(run: Path) -> dict[str, str]:
-    """Per page id: 'kept', or the rule of our first failure (the URL rule and the language pre-pass before
-    extraction included); pages extraction found no text in are absent, as in datatrove."""
-    import pyarrow.parquet as pq
-
-    decided = {}
-    for folder, reason in (("prefiltered", "first_failure"), ("prepassed", None)):
-        if (run / folder).is_dir():
-            table = pq.read_table(run / folder)
-            reasons = table.column(reason).to_pylist() if reason else ["language"] * table.num_rows
-            decided |= {i: r.split(".")[0] for i, r in zip(table.column("id").to_pylist(), reasons, strict=True)}
-    selection = pq.read_table(run / "selection", columns=["id", "kept", "first_failure"]).to_pylist()
-    return decided | {row["id"]: "kept" if row["kept"] else row["first_failure"].split(".")[0] for row in selection}
-
-
-def explain_differences(ours: dict[str, str], theirs: dict[str, str], urls: dict[str, str]) -> list[str]:
-    """Lines saying how many pages both sides decide alike, and every page they decide otherwise: each side's
-    decision (kept, or the rule that dropped it first; 'no text': the extractor found none), with its URL."""
-    pages = sorted(set(ours) | set(theirs))
-    differ = [page for page in pages if ours.get(page, "no text") != theirs.get(page, "no text")]
-    kept = (sum(v == "kept" for v in ours.values()), sum(v == "kept" for v in theirs.values()))
-    lines = [
-        f"per page, one copy: {len(pages) - len(differ):,} of {len(pages):,} decided alike; kept: ours {kept[0]:,}, "
-        f"datatrove {kept[1]:,}"
-    ]
-    groups: dict[tuple[str, str], list[str]] = {}
-    for page in differ:
-        groups.setdefault((ours.get(page, "no text"), theirs.get(page, "no text")), []).append(page)
-    for (mine, their), members in sorted(groups.items(), key=lambda item: -len(item[1])):
-        lines.append(f"  ours {mine}, datatrove {their}: {len(members)} page(s)")
-        lines += [f"    {urls.get(page, page)}" for page in members]
-    return lines
 
 
 def timed(command: list[str], env: dict | None = None) -> float:
@@ -513,9 +463,7 @@ def run_sides(
     explained = folder / "small" / "dt-explained"
     timed([*datatrove["small"][:-3], str(inputs["small"]), str(explained), extractor, "explain"])
     urls = dict(read_urls(inputs["small"]))
-    stats["differences"] = explain_differences(
-        our_decisions(folder / "small" / "inline"), datatrove_decisions(explained), urls
-    )
+    stats["differences"] = explain_differences(folder / "small" / "inline", explained, urls)
     for size in inputs:
         subprocess.run(["rm", "-rf", str(folder / size)], check=True)
     sides = [Side(name, runs["large"], runs.get("small")) for name, runs in walls.items()]
