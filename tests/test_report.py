@@ -82,14 +82,23 @@ def test_histograms_span_the_values_there_are_and_draw_the_threshold_where_it_cu
     layout = histogram_layout(counts, Threshold("c4", "sentences", "max", 3))
     assert (layout.line, layout.shade) == (3.5, (3.5, 7.5))
     layout = histogram_layout(counts, Threshold("gopher_quality", "stop_words", "min", 0))
-    assert layout.line is None and layout.title.endswith("(beyond every value)")
+    assert layout.line is None and layout.title.endswith("\n(below every value: drops none)")
+    layout = histogram_layout(counts, Threshold("c4", "sentences", "max", -1))
+    assert layout.line is None and layout.title.endswith("\n(below every value: drops every document)")
 
     fractions = pa.array([0.0, 1.0, 1.0, None, 0.0])  # whole numbers, but fractions: no axis below 0 or above 1
     layout = histogram_layout(fractions, Threshold("fineweb", "line_punct_ratio", "min", 0.12))
     assert (layout.edges[0], layout.edges[-1], len(layout.edges)) == (0.0, 1.0, 41)
     assert (layout.line, layout.shade) == (0.12, (0.0, 0.12))
     layout = histogram_layout(fractions, Threshold("fineweb", "line_punct_ratio", "min", 0.0))  # drops none
-    assert layout.line is None and layout.title == "fineweb.line_punct_ratio.min = 0\n(beyond every value)"
+    assert layout.line is None and layout.title == "fineweb.line_punct_ratio.min = 0\n(below every value: drops none)"
+    layout = histogram_layout(fractions, Threshold("fineweb", "line_punct_ratio", "max", 1.0))
+    assert layout.line is None and layout.title.endswith("\n(above every value: drops none)")
+
+    words = pa.array([0, 3, 40, 80, 500, 2_000, 90_000], pa.int32())  # decades: a log axis, the line where it cuts
+    layout = histogram_layout(words, Threshold("gopher_quality", "words", "min", 50))
+    assert layout.log_from == 3 and layout.edges[:2] == (0.0, 3.0) and layout.edges[-1] == 90_000
+    assert (layout.line, layout.shade) == (50.0, (0.0, 50.0))
 
 
 def test_the_report_numbers_equal_the_runs_stats(sample_run):
@@ -197,9 +206,16 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
     figures = signal_histograms(view)
     page.write_text(render_html(report_data(view), figures), encoding="utf-8")
     command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
-    result = subprocess.run([*command, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dump = [*command, "--window-size=1280,800", "--dump-dom", page.as_uri()]
+    result = subprocess.run(dump, capture_output=True, text=True, timeout=120)
     body = result.stdout[result.stdout.index("<body") :].split(">", 1)[0]
     assert f'data-images="{len(view.thresholds)}"' in body and 'data-broken-images="0"' in body
+    assert int(body.split('data-page-width="')[1].split('"')[0]) <= 1280  # no table wider than the window
+    assert 'data-overlap-fits="true"' in body  # the overlap table whole, without a scroll bar
+    assert '<nav class="contents">' in result.stdout and 'href="#overlap"' in result.stdout
+    title = _png_pixels(next(iter(figures.values())))[:40].min(axis=2) < 100  # the title's dark pixels
+    rows = np.flatnonzero(title.any(axis=1))
+    assert rows.max() - rows.min() >= 10  # a title a reader can read, not 7 pixels high
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
     assert console == []
     shot = tmp_path / "first-screen.png"
@@ -218,7 +234,7 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
     # (and only where) its layout drops documents: the failing bar of a boolean, the threshold line of the others
     tall = tmp_path / "whole-page.png"
     subprocess.run(
-        [*command, "--window-size=1280,7000", f"--screenshot={tall}", page.as_uri()], capture_output=True, timeout=120
+        [*command, "--window-size=1280,12000", f"--screenshot={tall}", page.as_uri()], capture_output=True, timeout=120
     )
     screen = np.asarray(Image.open(tall).convert("RGB"))
     shown = {"red bar": 0, "red line": 0, "no red": 0}

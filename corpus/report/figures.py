@@ -29,8 +29,9 @@ class HistogramLayout:
     counts: tuple[int, ...] = ()  # boolean / one_value: the bars' heights
     failing_bar: int | None = None  # boolean: the bar the threshold drops
     edges: tuple[float, ...] = ()  # bins: bin edges, spanning the values there are
-    line: float | None = None  # bins: where the threshold line is drawn (None: beyond every value)
+    line: float | None = None  # bins: where the threshold line is drawn (None: outside the values)
     shade: tuple[float, float] | None = None  # bins: the x range the threshold drops
+    log_from: float | None = None  # bins: the axis is logarithmic from this value up (values spanning decades)
 
 
 def _present_numbers(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -42,8 +43,10 @@ def _present_numbers(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def histogram_layout(values: pa.ChunkedArray | pa.Array, threshold: Threshold) -> HistogramLayout:
     """What the histogram of `values` under `threshold` shows. Booleans get two bars, the failing one red; one value
     for every document gets one bar (no axis of values nobody has); integer signals get a bar per integer when they
-    span at most 40, with the line between the last dropped and the first kept integer; other signals get 40 bins
-    between their smallest and largest value. A threshold outside the values is named in the title, not drawn."""
+    span at most 40, with the line between the last dropped and the first kept integer; signals spanning three
+    decades or more (a word count) get 40 bins on a logarithmic axis, so a threshold near the bottom shows; other
+    signals get 40 bins between their smallest and largest value. A threshold outside the values is not drawn: the
+    title says which side of them it is and whether it drops every document or none."""
     name = threshold.reason
     if pa.types.is_boolean(values.type):
         counts = (pc.sum(pc.invert(values)).as_py() or 0, pc.sum(values).as_py() or 0)
@@ -58,18 +61,25 @@ def histogram_layout(values: pa.ChunkedArray | pa.Array, threshold: Threshold) -
     value = None if threshold.value is None else float(threshold.value)
     if high == low:
         return HistogramLayout(title, "one_value", (f"{low:.4g}",), (len(numbers),))
+    log_from = None
     if pa.types.is_integer(values.type) and high - low <= 40:
         edges = np.arange(low - 0.5, high + 1.5)
         if value is not None:  # between integers: the first one kept under `min`, the last one kept under `max`
             value = math.ceil(value) - 0.5 if threshold.bound == "min" else math.floor(value) + 0.5
+    elif low >= 0 and high / max(low, float(numbers[numbers > 0].min())) >= 1000:  # decades: a word count
+        log_from = float(numbers[numbers > 0].min())
+        edges = np.unique(np.r_[low, np.geomspace(log_from, high, 40)])
     else:
         edges = np.linspace(low, high, 41)
     if value is None:
-        return HistogramLayout(title, "bins", edges=tuple(edges.tolist()))
+        return HistogramLayout(title, "bins", edges=tuple(edges.tolist()), log_from=log_from)
     if not edges[0] < value < edges[-1]:
-        return HistogramLayout(title + "\n(beyond every value)", "bins", edges=tuple(edges.tolist()))
+        drops = (value > edges[0]) if threshold.bound == "min" else (value < edges[-1])
+        side = "above" if value >= edges[-1] else "below"
+        note = f"\n({side} every value: drops {'every document' if drops else 'none'})"
+        return HistogramLayout(title + note, "bins", edges=tuple(edges.tolist()), log_from=log_from)
     shade = (value, float(edges[-1])) if threshold.bound == "max" else (float(edges[0]), value)
-    return HistogramLayout(title, "bins", edges=tuple(edges.tolist()), line=value, shade=shade)
+    return HistogramLayout(title, "bins", edges=tuple(edges.tolist()), line=value, shade=shade, log_from=log_from)
 
 
 def _figure_png(layout: HistogramLayout, numbers: np.ndarray | None) -> str:
@@ -78,9 +88,11 @@ def _figure_png(layout: HistogramLayout, numbers: np.ndarray | None) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(4.2, 2.5), dpi=80)
+    figure, axis = plt.subplots(figsize=(4.2, 2.6), dpi=100)
     if layout.kind == "bins":
         axis.hist(numbers, bins=layout.edges, color=BAR_BLUE)
+        if layout.log_from is not None:
+            axis.set_xscale("symlog", linthresh=layout.log_from)
         axis.set_xlim(layout.edges[0], layout.edges[-1])
         if layout.line is not None:
             axis.axvspan(*layout.shade, color=DROPPED_RED, alpha=0.12, linewidth=0, zorder=0)
@@ -91,7 +103,8 @@ def _figure_png(layout: HistogramLayout, numbers: np.ndarray | None) -> str:
             colours[layout.failing_bar] = DROPPED_RED
         axis.bar(layout.labels, layout.counts, color=colours, width=0.8 if layout.kind == "boolean" else 0.4)
     axis.set_yscale("symlog", linthresh=1)  # the few documents a rule drops stay visible
-    axis.set_title(layout.title, fontsize=8)
+    axis.set_title(layout.title, fontsize=11)
+    axis.tick_params(labelsize=9)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")

@@ -49,15 +49,38 @@ th{background:#f3f3f3}td:first-child{text-align:left}.figures img{margin:4px;bor
 ul.docs{list-style:none;padding:0}ul.docs li{border-left:3px solid #e45756;margin:0.6em 0;padding-left:0.6em}
 .url{font-weight:600}.signals{color:#555;font-size:90%}.label{background:#fde2e1;padding:0 4px}
 pre{white-space:pre-wrap;background:#fafafa;padding:0.4em;font-size:85%}mark{background:#ffd54f}
-th,td:first-child{white-space:nowrap;overflow-wrap:normal}.wide{overflow-x:auto}.failed{color:#c0392b}"""
+th,td:first-child{white-space:nowrap;overflow-wrap:normal}.wide{overflow-x:auto}.failed{color:#c0392b}
+nav.contents{position:sticky;top:0;background:#fff;padding:0.4em 0;border-bottom:1px solid #ddd}"""
 
-# Marks <body> with how many images loaded and how many failed: a headless browser test reads them.
+# Marks <body> with how many images loaded, how many failed, the page's width and whether the overlap table fits
+# without scrolling: a headless browser test reads them.
 IMAGE_CHECK = """window.addEventListener("load", function () {
   var images = Array.from(document.images);
   document.body.dataset.images = images.length;
   var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
   document.body.dataset.brokenImages = broken.length;
+  document.body.dataset.pageWidth = document.documentElement.scrollWidth;
+  var wide = document.querySelector(".wide");
+  document.body.dataset.overlapFits = wide === null || wide.scrollWidth <= wide.clientWidth;
 });"""
+
+
+SECTIONS = (
+    ("funnel", "Funnel"),
+    ("rules", "Rules: what each drops"),
+    ("overlap", "Overlap between rules"),
+    ("dedup", "Dedup"),
+    ("signals", "Signals"),
+    ("dropped", "Dropped documents"),
+    ("near", "Kept documents nearest each threshold"),
+    ("domains", "Domains by documents dropped"),
+)
+
+
+def _contents(with_dedup: bool) -> str:
+    """The page's sections as links: a report of a large run is tens of thousands of pixels long."""
+    links = [f"<a href='#{key}'>{html.escape(name)}</a>" for key, name in SECTIONS if key != "dedup" or with_dedup]
+    return f"<nav class=contents>{' · '.join(links)}</nav>"
 
 
 def render_html(data: dict, figures: dict[str, str]) -> str:
@@ -66,18 +89,20 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
     with_tokens = data["funnel"][-1]["tokens"] is not None
     early = bool(data["before_extraction"])
     units = ["words", "tokens"] if with_tokens else ["words"]
+    overlap = data["overlap"]
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
-        "<h2>Funnel</h2>",
+        _contents(bool(data["dedup"])),
+        "<h2 id=funnel>Funnel</h2>",
         _table(
             ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
             [[row["step"], row["documents"], *(_blank(row[unit]) for unit in units)] for row in data["funnel"]],
         ),
         f"<p>{html.escape(TOKENS_NOTE)}.</p>" if with_tokens else "",
-        "<h2>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail; exclusively:"
-        " failing no other rule; first: dropped by it first, in the job's order"
+        "<h2 id=rules>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail;"
+        " exclusively: failing no other rule; first: dropped by it first, in the job's order"
         + (
             "; before extraction: pages the rule dropped before they were extracted (no text, so no words)"
             if early
@@ -107,27 +132,32 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
                 for r in data["rules"]
             ],  # fmt: skip
         ),
-        "<h2>Overlap between rules</h2><p>documents failing both.</p><div class=wide>",
+        "<h2 id=overlap>Overlap between rules</h2><p>documents failing both: the rules of the columns are numbered as"
+        " the rows.</p><div class=wide>",
         _table(
-            ["", *data["overlap"]["rules"]],
-            [[rule, *row] for rule, row in zip(data["overlap"]["rules"], data["overlap"]["matrix"], strict=True)],
+            ["", *(str(k) for k in range(1, len(overlap["rules"]) + 1))],
+            [
+                [f"{k} {rule}", *row]
+                for k, (rule, row) in enumerate(zip(overlap["rules"], overlap["matrix"], strict=True), 1)
+            ],
         ),
         "</div>",
     ]
     if data["dedup"]:
-        parts.append("<h2>Dedup</h2>" + _table(["step", "documents"], [[k, v] for k, v in data["dedup"].items()]))
+        steps = [[step, documents] for step, documents in data["dedup"].items()]
+        parts.append("<h2 id=dedup>Dedup</h2>" + _table(["step", "documents"], steps))
     parts.append(
-        "<h2>Signals</h2><p>every document, counts on a log scale; the red line is the threshold and the shade the "
-        "side it drops; a red bar is the value a true/false threshold drops.</p><div class=figures>"
+        "<h2 id=signals>Signals</h2><p>every document, counts on a log scale; the red line is the threshold and the "
+        "shade the side it drops; a red bar is the value a true/false threshold drops.</p><div class=figures>"
     )
     parts += [f'<img alt="{html.escape(reason)}" src="data:image/png;base64,{png}">' for reason, png in figures.items()]
-    parts.append("</div><h2>Dropped documents, a sample per rule</h2>")
+    parts.append("</div><h2 id=dropped>Dropped documents, a sample per rule</h2>")
     for rule, documents in data["samples"].items():
         parts.append(f"<h3 id='{html.escape(rule)}'>{html.escape(rule)}</h3>{_documents_html(documents)}")
-    parts.append("<h2>Kept documents nearest each threshold</h2>")
+    parts.append("<h2 id=near>Kept documents nearest each threshold</h2>")
     for reason, documents in data["near_threshold"].items():
         parts.append(f"<h3>{html.escape(reason)} = {data['thresholds'][reason]}</h3>{_documents_html(documents)}")
-    parts.append("<h2>Domains by documents dropped</h2>")
+    parts.append("<h2 id=domains>Domains by documents dropped</h2>")
     parts.append(
         _table(
             ["domain", "dropped", "documents"], [[d["domain"], d["dropped"], d["documents"]] for d in data["domains"]]
