@@ -5,7 +5,8 @@ folder, datatrove's from an untimed run whose filters write what they drop. For 
 datatrove's filters are run again on *our* extracted text: if they then decide as we do, the texts differ (the
 extraction, or the language pre-pass before it); if they still decide as datatrove did, the rule itself differs on
 the same text, and the words the two word splitters cut differently are shown (spaCy's English tokenizer in
-datatrove, `corpus.text.words` in ours).
+datatrove, `corpus.text.words` in ours), or for C4 the sentences each counts (spaCy's sentencizer against our
+punctuation rule).
 """
 
 from __future__ import annotations
@@ -92,6 +93,19 @@ def _split_differently(text: str, most: int = 4) -> str:
     return f"{len(ours):,} words vs spaCy's {len(theirs):,}, cut otherwise at {len(cuts)} place(s): {shown}"
 
 
+def _sentences_counted_otherwise(text: str) -> str:
+    """C4's sentence count over the lines it keeps: ours (a punctuation rule) against spaCy's sentencizer's."""
+    from datatrove.utils.text import split_into_sentences
+
+    from corpus.rulebook import discover
+    from corpus.text.batch import DocumentBatch
+
+    c4 = discover()["c4"](discover()["c4"].Options(drop_unpunctuated_lines=False))
+    values, kept = c4.modify(DocumentBatch([text]))
+    theirs = sum(len(split_into_sentences(line, "en")) for line in kept[0].splitlines())
+    return f"C4's sentences in the lines it keeps: ours {values['sentences'][0]}, spaCy's {theirs} (at least 5 kept)"
+
+
 def _why(mine: str, theirs: str, text: str | None) -> str:
     """Why one page is decided otherwise, from datatrove's filters run again on our text."""
     if text is None:
@@ -101,7 +115,10 @@ def _why(mine: str, theirs: str, text: str | None) -> str:
     again = _datatrove_on(text)
     if again == mine:
         return f"the extracted texts differ: on our text datatrove's filters decide '{again}' as we do"
-    return f"the same text, the rules differ (datatrove: '{again}'): " + _split_differently(text)
+    order = [*DATATROVE_FILTERS, "kept"]
+    earlier = min(mine, again, key=order.index)  # the first rule one side passes and the other fails
+    differ = _sentences_counted_otherwise(text) if earlier == "c4" else _split_differently(text)
+    return f"the same text, the rules differ (datatrove: '{again}'): {differ}"
 
 
 def explain_differences(our_run: Path, datatrove_output: Path, urls: dict[str, str]) -> list[str]:
