@@ -106,27 +106,37 @@ class LineDedup(CorpusRule):
     summary_schema = pa.schema([("line", pa.uint64()), ("documents", pa.int64())])
     summary_keys = ("line",)
 
+    @staticmethod
+    def unit_hashes(docs: DocumentBatch, normalise: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(CSR offsets per document, each unit's hash, its characters): the unit here is a line."""
+        return line_hashes(docs, normalise)
+
+    @staticmethod
+    def remove_units(texts: list[str], repeated: np.ndarray, normalise: bool) -> list[str]:
+        return remove_repeated_lines(texts, repeated, normalise)
+
     def accumulate(self, docs: DocumentBatch) -> pa.Table:
-        """Each line hash and the documents containing it."""
-        offsets, hashes, _ = line_hashes(docs, self.options.normalise)
+        """Each unit's hash and the documents containing it."""
+        offsets, hashes, _ = self.unit_hashes(docs, self.options.normalise)
         document = np.repeat(np.arange(len(docs), dtype=np.uint64), np.diff(offsets))
-        pairs = np.unique(np.stack([document, hashes], axis=1), axis=0)  # a document counts a line once
-        lines, documents = np.unique(pairs[:, 1], return_counts=True)
-        return pa.table([lines, documents.astype(np.int64)], schema=self.summary_schema)
+        pairs = np.unique(np.stack([document, hashes], axis=1), axis=0)  # a document counts a unit once
+        units, documents = np.unique(pairs[:, 1], return_counts=True)
+        return pa.table([units, documents.astype(np.int64)], schema=self.summary_schema)
 
     def finish(self, summary: pa.Table) -> pa.Table:
         return summary.filter(pc.greater(summary.column("documents"), self.options.max_copies))
 
     def modify_texts(self, texts: list[str], summary: pa.Table) -> list[str]:
-        return remove_repeated_lines(texts, summary.column("line").to_numpy(), self.options.normalise)
+        return self.remove_units(texts, summary.column(0).to_numpy(), self.options.normalise)
 
     def corpus_signals(self, docs: DocumentBatch, summary: pa.Table) -> dict:
-        repeated_hashes = summary.column("line").to_numpy()
-        offsets, hashes, sizes = line_hashes(docs, self.options.normalise)
+        repeated_hashes = summary.column(0).to_numpy()
+        offsets, hashes, sizes = self.unit_hashes(docs, self.options.normalise)
         removed = np.isin(hashes, repeated_hashes)
         counts = np.add.reduceat(np.r_[removed, 0].astype(np.int64), offsets[:-1]) * (np.diff(offsets) > 0)
         chars = np.add.reduceat(np.r_[sizes * removed, 0], offsets[:-1]) * (np.diff(offsets) > 0)
+        removed_signal, chars_signal = (signal.name for signal in self.signals)
         return {
-            "lines_removed": counts.astype(np.int32),
-            "chars_removed_frac": (chars / np.maximum(docs.text_lengths, 1)).astype(np.float32),
+            removed_signal: counts.astype(np.int32),
+            chars_signal: (chars / np.maximum(docs.text_lengths, 1)).astype(np.float32),
         }

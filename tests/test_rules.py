@@ -747,6 +747,64 @@ def test_line_dedup_removes_lines_shared_by_more_than_max_copies_documents():
     assert lenient.corpus_signals(docs, lenient.summarize([lenient.accumulate(docs)]))["lines_removed"].sum() == 0
 
 
+def paragraphs_with_string_methods(text: str) -> list[tuple[str, int]]:
+    """Each paragraph (a run of non-blank lines) as its lines stripped and joined by newlines, with its characters
+    from its first line to its last line's newline: the paragraph kernel written with Python's string calls."""
+    paragraphs, lines, position, begin, finish = [], [], 0, 0, 0
+    for line in text.split("\n"):
+        end = min(position + len(line) + 1, len(text))
+        if line.strip():
+            begin = position if not lines else begin
+            lines.append(line.strip())
+            finish = end
+        elif lines:
+            paragraphs.append(("\n".join(lines), finish - begin))
+            lines = []
+        position += len(line) + 1
+    if lines:
+        paragraphs.append(("\n".join(lines), finish - begin))
+    return paragraphs
+
+
+def test_paragraph_dedup_cuts_paragraphs_many_documents_share_and_drops_pages_mostly_made_of_them():
+    """A two-line footer paragraph in three documents is cut from each (max_copies 2); a page that is mostly that
+    paragraph is dropped on the share it loses, a page of its own kept; the kernel's paragraphs are Python's."""
+    import random
+
+    from corpus.rules.paragraph_dedup import paragraph_hashes
+
+    from corpus.api import apply_rules
+
+    footer = "Subscribe to our newsletter!\nCopyright 2024 Example Ltd"
+    texts = [
+        f"Story {name} begins here, and it goes on for a while with its own words.\n\n{footer}\n"
+        for name in ("one", "two")
+    ] + [f"Short note.\n\n  {footer}  ", "A page of its own.\n\nWith two paragraphs."]
+    settings = {"paragraph_dedup": {"max_copies": 2}}
+    thresholds = {"paragraph_dedup": {"chars_removed_frac": {"max": 0.5}}}
+    decided = apply_rules(texts, rules=["paragraph_dedup"], settings=settings, thresholds=thresholds)
+    assert decided.column("paragraph_dedup.paragraphs_removed").to_pylist() == [1, 1, 1, 0]
+    assert decided.column("kept").to_pylist() == [True, True, False, True]
+    rule = discover()["paragraph_dedup"](discover()["paragraph_dedup"].Options(max_copies=2))
+    summary = rule.summarize([rule.accumulate(DocumentBatch(texts))])
+    assert rule.modify_texts(texts, summary) == [
+        "Story one begins here, and it goes on for a while with its own words.\n\n",
+        "Story two begins here, and it goes on for a while with its own words.\n\n",
+        "Short note.\n",
+        texts[3],
+    ]
+    rng = random.Random(7)
+    pieces = ["\n", "\n\n", " \n", "a", "B", " ", "\t", "x y", "\u00a0", "Ab"]
+    tricky = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) for _ in range(3_000)]
+    offsets, hashes, sizes = paragraph_hashes(DocumentBatch(tricky), normalise=False)
+    for i, text in enumerate(tricky):
+        expected = paragraphs_with_string_methods(text)
+        assert sizes[offsets[i] : offsets[i + 1]].tolist() == [size for _, size in expected], repr(text)
+        same = [a == b for a, _ in expected for b, _ in expected]
+        mine = hashes[offsets[i] : offsets[i + 1]]
+        assert [a == b for a in mine for b in mine] == same, repr(text)
+
+
 def test_line_dedup_exact_mode_tells_lines_apart_by_a_digit_or_case():
     rule_class = discover()["line_dedup"]
     texts = ["Call 555-0100 today\nShared footer", "Call 555-0199 today\nShared footer", "call 555-0100 TODAY"]
