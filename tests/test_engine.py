@@ -83,7 +83,7 @@ def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_pat
 def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_run_at_its_next_task(tmp_path):
     """Python ignores a KeyboardInterrupt raised while a finalizer runs (it happened in a file object's, as a run
     read a shard's report): the command line's handler also marks the interrupt, which the work loops obey."""
-    from corpus.cli import stop_on_signal
+    from corpus.cli_run import stop_on_signal
     from corpus.engine import tasks
 
     ran = []

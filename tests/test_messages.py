@@ -15,7 +15,8 @@ import time
 import pytest
 from conftest import write_job
 
-from corpus.cli import _write_failure, main
+from corpus.cli import main
+from corpus.cli_run import write_failure
 from corpus.sample.generate import SAMPLE_PATH
 
 
@@ -87,12 +88,12 @@ def test_a_number_out_of_range_on_the_command_line_is_one_line_naming_the_flag(c
 
 
 def test_a_threshold_every_document_fails_is_named_as_a_likely_mistake(tmp_path, capsys):
-    job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", "[select.language]\nscore.min = 65\n")
+    """A threshold within its signal's range (one outside is refused at load) that no document passes."""
+    job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", "[select.gopher_quality]\nwords.min = 90000\n")
     assert main(["run", str(job), "--no-ray"]) == 0
-    out = capsys.readouterr().out
-    assert out.endswith("warning: language.score.min = 65 fails every one of the 280 documents: check its value\n")
-    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert stats["warnings"] == ["language.score.min = 65 fails every one of the 280 documents: check its value"]
+    said = "gopher_quality.words.min = 90000 fails every one of the 280 documents: check its value"
+    assert capsys.readouterr().out.endswith(f"warning: {said}\n")
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["warnings"] == [said]
 
 
 def test_a_run_shows_where_the_first_record_of_each_kind_of_error_is(tmp_path, capsys):
@@ -114,13 +115,13 @@ def test_a_run_shows_where_the_first_record_of_each_kind_of_error_is(tmp_path, c
 
 
 def test_a_failed_write_says_what_to_do_by_its_cause():
-    full = _write_failure(OSError(errno.ENOSPC, "No space left on device", "/runs/x/documents/a.parquet"), "/runs/x")
+    full = write_failure(OSError(errno.ENOSPC, "No space left on device", "/runs/x/documents/a.parquet"), "/runs/x")
     assert full == (
         "cannot write the run's files (No space left on device: /runs/x/documents/a.parquet); make room and run "
         "the same command again to resume; complete shards are kept"
     )
     for code in (errno.EROFS, errno.EACCES):
-        message = _write_failure(OSError(code, os.strerror(code), "/runs/x/plan.parquet"), "/runs/x")
+        message = write_failure(OSError(code, os.strerror(code), "/runs/x/plan.parquet"), "/runs/x")
         assert message.endswith(
             "the output folder is not writable: fix its permissions or choose another with --output"
         )

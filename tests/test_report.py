@@ -259,7 +259,7 @@ def test_the_run_summary_reads_whole_at_80_columns(sample_run):
     """Every stage in the pipeline's order, every reason and count whole on its line, the modifiers' cut said."""
     from rich.console import Console
 
-    from corpus.cli import summary_table
+    from corpus.cli_run import summary_table
 
     _, stats = sample_run
     console = Console(width=80, record=True)
@@ -272,6 +272,41 @@ def test_the_run_summary_reads_whole_at_80_columns(sample_run):
         assert any(f"dropped: {reason} " in line and line.split()[-2] == f"{count:,}" for line in lines), reason
     cut = 1 - stats["tokens"]["characters"]["after_modifiers"] / stats["tokens"]["characters"]["stored"]
     assert 0 < cut < 0.5 and any("characters the modifiers removed" in line and f"{cut:.1%}" in line for line in lines)
+
+
+def test_export_writes_the_kept_documents_as_the_token_shards_hold_them_in_each_format(sample_run, tmp_path, capsys):
+    """The kept documents with the modifiers' text: the run's tokenizer encodes each exported text to the tokens its
+    token shard holds; JSONL, Parquet and the Hub layout hold the same rows, which `datasets` loads by folder."""
+    import gzip
+
+    datasets = pytest.importorskip("datasets", reason="the dev extra installs Hugging Face datasets")
+    from corpus.stages.tokenize import TextTokenizer
+
+    out, stats = sample_run
+    read = {}
+    for fmt in ("parquet", "jsonl", "hf"):
+        args = ["export", str(out), "--out", str(tmp_path / fmt), "--format", fmt, "--columns", "gopher_quality.words"]
+        assert main(args) == 0
+        assert f"wrote {stats['tokens']['documents']:,} kept documents (text after the job's modifiers)" in (
+            capsys.readouterr().out
+        )
+    read["parquet"] = pq.read_table(tmp_path / "parquet").to_pylist()
+    files = (tmp_path / "jsonl").glob("*.jsonl.gz")
+    read["jsonl"] = [json.loads(line) for f in files for line in gzip.decompress(f.read_bytes()).splitlines()]
+    read["hf"] = datasets.load_dataset(str(tmp_path / "hf"), split="train").to_list()
+    rows = {fmt: {row["id"]: (row["text"], row["gopher_quality.words"]) for row in got} for fmt, got in read.items()}
+    assert rows["parquet"] == rows["jsonl"] == rows["hf"] and len(rows["parquet"]) == stats["tokens"]["documents"]
+    job = load_job(REPO / "jobs" / "sample.toml", with_inputs=False)
+    tokenizer = TextTokenizer(job.tokenize.tokenizer, job.tokenize.separator)
+    shards = pq.read_table(out / "tokens" / "shards", columns=["doc_id", "tokens"]).to_pylist()
+    held = {row["doc_id"]: row["tokens"][:-1] for row in shards}  # each ends with the separator
+    ids = sorted(rows["parquet"])
+    assert tokenizer.encode([rows["parquet"][i][0] for i in ids]) == [held[i] for i in ids]
+    stored = pq.read_table(tmp_path / "parquet").column("text").to_pylist()
+    assert main(["export", str(out), "--out", str(tmp_path / "stored"), "--stored-text"]) == 0
+    assert pq.read_table(tmp_path / "stored").column("text").to_pylist() != stored  # the modifiers changed some
+    assert main(["export", str(out), "--out", str(tmp_path / "x"), "--columns", "nope"]) == 2
+    assert "documents have no column 'nope'; they have: id, url" in capsys.readouterr().err
 
 
 def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
@@ -339,5 +374,5 @@ def test_a_finished_run_is_reported_as_it_ran_without_its_inputs_or_its_edited_j
         load_run(tmp_path / "out")
     assert str(refused.value) == (
         f"{tmp_path / 'out'} was started again with an edited {job_file.name} and has not finished since: its stats "
-        f"and selection are of the job before; finish it (`corpus run {job_file}`) to report it"
+        f"and selection are of the job before; finish it (`corpus run {job_file}`) to read it"
     )

@@ -13,7 +13,6 @@ documents dropped; `corpus.report.html_page` renders it as one page.
 
 from __future__ import annotations
 
-import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpus.config.job import Job, JobError, job_from_data, parse_toml, resolve_rules
+from corpus.config.job import Job, JobError, resolve_rules
 from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
 from corpus.stages.extract import PREPASS_DROP, PREPASS_SCHEMA
@@ -51,6 +50,7 @@ class RunView:
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
+    from corpus.engine.export import job_of_run
     from corpus.engine.plan import job_rules, make_plan
     from corpus.engine.run_folder import (
         STATS,
@@ -68,7 +68,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
     if stats is None:
         raise JobError(f"{run.url} has no stats.json: not a finished run (run `corpus run JOB` first)")
     job_file = Path(stats["job_file"])
-    job = _job_as_run(run, stats)
+    job = job_of_run(run, stats)
     if select_file is not None:
         select_path = Path(select_file)
         try:
@@ -154,49 +154,11 @@ def _with_run_duplicates(selected: pa.Table, ran: pa.Table) -> pa.Table:
     )
 
 
-def _job_as_run(run, stats: dict) -> Job:
-    """The job as the run read it (its copy in the run folder), relative paths from where the job file was: the
-    file may have been edited since, or never have been on this machine; its inputs are not read."""
-    from corpus.engine.run_folder import JOB_COPY
-
-    job_file = Path(stats["job_file"])
-    raw = run.read_bytes(JOB_COPY)
-    if raw is None and not job_file.is_file():
-        raise JobError(f"{run.url}: the job file it was made with, {job_file}, is gone; the report needs its rules")
-    raw = raw if raw is not None else job_file.read_bytes()
-    if hashlib.sha256(raw).hexdigest() != stats["job_sha256"]:
-        raise JobError(
-            f"{run.url} was started again with an edited {job_file.name} and has not finished since: its stats and "
-            f"selection are of the job before; finish it (`corpus run {job_file}`) to report it"
-        )
-    data = parse_toml(raw, job_file)
-    if "variants" in data and "documents" in data:  # an ablation's variant: its job is the ablation file
-        raise JobError(_variant_run_message(run.url, job_file, data))
-    return job_from_data(data, job_file, stats["job_sha256"], run.url, with_inputs=False)
-
-
 def _stored_pages(run, path_of, shard_ids: list[str], schema: pa.Schema) -> pa.Table:
     """Pages dropped before extraction, as the shards stored them (`path_of(shard)`): never documents, their URLs
     and why kept. A shard extracted before the run kept them has none."""
     stored = [run.read_table(path_of(i)) for i in shard_ids if run.exists(path_of(i))]
     return pa.concat_tables(stored) if stored else schema.empty_table()
-
-
-def _variant_run_message(url: str, ablation_file: Path, ablation: dict) -> str:
-    """What to read instead of an ablation variant's folder, which holds a selection, not documents."""
-    from corpus.config.inputs import resolve_path
-    from corpus.config.job import read_toml
-
-    documents_job = Path(resolve_path(ablation["documents"], ablation_file.parent))
-    try:
-        documents_run = resolve_path(read_toml(documents_job)[0]["output"], documents_job.parent)
-    except (JobError, KeyError):
-        documents_run = f"the run of {documents_job}"
-    return (
-        f"{url} is a variant of the ablation {ablation_file}: it selects over the documents run {documents_run}, "
-        f"which holds the documents and signals. `corpus ablate report {url.rsplit('/', 2)[0]}` compares the "
-        f"variants; `corpus report {documents_run} --select FILE` shows what a [select] table drops there"
-    )
 
 
 def _rule_of(reasons: pa.Array) -> np.ndarray:
