@@ -27,6 +27,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from corpus.engine.ray_reaper import ray_descendants, running_processes
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 BASE = "warc-dolma/sample-0000.warc.gz"
 EXTRACT = "[extract]\ntimeout_s = 5\n"
@@ -241,6 +243,11 @@ def _in_thread(job_file: Path, result: dict):
     return thread
 
 
+def _still_running(noted: dict[int, str]) -> list[int]:
+    processes = running_processes()
+    return [pid for pid, started in noted.items() if pid in processes and processes[pid][1] == started]
+
+
 def kill_driver(inputs: list[str], folder: Path, body: str = "") -> dict:
     """`corpus run` (its own local Ray) SIGKILLed once two shards are complete, then run again."""
     import signal
@@ -252,16 +259,23 @@ def kill_driver(inputs: list[str], folder: Path, body: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for_shards(out, 2)
+    ray_processes = ray_descendants(driver.pid, running_processes())  # its local cluster: raylet, agents, workers
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     done_at_kill = len(list((out / "shards").glob("*.json")))
+    deadline = time.monotonic() + 15  # the run's watcher notices within a second or two
+    while (left := _still_running(ray_processes)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     return {
         "out": out,
         "exit_code": resumed.returncode,
         "done_at_kill": done_at_kill,
         "leftovers": len(list(out.rglob("*.tmp-*"))),
-        "detail": f"killed with {done_at_kill} of {len(inputs)} shards done; rerun exit {resumed.returncode}",
+        "ray_processes": len(ray_processes),
+        "ray_left_running": len(left),
+        "detail": f"killed with {done_at_kill} of {len(inputs)} shards done, {len(left)} of its {len(ray_processes)} "
+        f"Ray processes left running; rerun exit {resumed.returncode}",
     }
 
 

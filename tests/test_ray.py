@@ -32,6 +32,7 @@ def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path
     assert stats["totals"] == clean_stats["totals"]
     assert shard_files(result["out"]) == shard_files(clean_out)  # byte-identical documents
     assert result["leftovers"] == 0  # the killed run's partial files are cleared
+    assert result["ray_processes"] > 2 and result["ray_left_running"] == 0  # no Ray agent outlives its driver
 
 
 def _decisions(out: Path) -> list[tuple]:

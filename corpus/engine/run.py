@@ -23,6 +23,7 @@ from corpus.engine.input_stream import input_identity
 from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
 from corpus.engine.progress import RunProgress, counted, log_line
+from corpus.engine.ray_reaper import watch
 from corpus.engine.run_folder import JOB_COPY, MANIFEST, STATS, RunFolder, shard_report_path
 from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
@@ -87,6 +88,7 @@ def ensure_ray(verbose: bool = False) -> str:
             # Ours and local: Ray's notice that it enabled token authentication is not the user's business.
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             ray.init(address="local", include_dashboard=False, **quiet)
+            watch(os.getpid())  # a driver killed outright would leave Ray's agents running
     cpus = int(ray.cluster_resources().get("CPU", 0))
     if not os.environ.get("RAY_ADDRESS"):
         return f"a local Ray cluster of this run's own ({cpus} CPUs)"
