@@ -763,23 +763,25 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     assert "no per-item scores" not in out
     filtered = [line.split() for line in lines if line.startswith(" filtered")]
     assert filtered[0][1:] == ["56,883", "0.15"]  # tokens kept, passes
-    assert all("data-limited" in line for line in filtered[1:]) and len(filtered) == 4  # 3 metrics
-    assert "heldout.bits_per_byte (lower is better) · SNR: fewer than two variants to compare" in out
+    assert all(line[-1] == "data-limited*" for line in filtered[1:]) and len(filtered) == 4  # 3 metrics
+    assert out.count("  * filtered: 0.149 passes > 0.125\n") == 3  # why, under each table
+    assert "heldout.bits_per_byte (lower is better) · SNR: fewer than two variants to compare" in " ".join(out.split())
     assert "arc_easy" not in out.split("signal-to-noise")[0]
     assert "data-limited (more passes over their tokens than allowed" in out
     # A ladder: a table per model, and whether the sizes rank the variants alike; variants on another's data
     # are named once, with no Δ.
     assert main(["ablate", "report", str(folder / "loo" / "results.parquet")]) == 0
     out = capsys.readouterr().out
+    flat = " ".join(out.split())  # titles and findings wrap at 80 columns
     assert max(len(line) for line in out.splitlines()) <= 80
     rows = [line.split() for line in out.splitlines() if line.startswith((" all ", " without_"))]
     assert rows and all(row[0] in ("all", "without_dedup_exact", "without_modify_c4") for row in rows[6:])
-    assert "quoted.bits_per_byte (lower is better, wider)" in out
-    assert "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in out and "over 3 variants" in out
-    assert "same data as all (identical token streams, trained once, no Δ): without_language, " in out
+    assert "quoted.bits_per_byte (lower is better, wider)" in flat
+    assert "ladder d32L1 → wider on quoted.bits_per_byte: Kendall tau" in flat and "over 3 variants" in flat
+    assert "same data as all (identical token streams, trained once, no Δ): without_language, " in flat
     assert not [line for line in out.splitlines() if line.startswith(" without_language ") and "+0.0000" in line]
     assert " one seed" in out and "nan" not in out
-    assert "quoted.accuracy (higher is better, d32L1) · cannot decide: at chance (0.44)" in out
+    assert "quoted.accuracy (higher is better, d32L1) · cannot decide: at chance (0.44)" in flat
     assert main(["ablate", "report", str(folder / "ablation"), "--final", "0.01"]) == 0  # fewer than 2: the last 2
     assert "in the last 1% of training (2 a run, at least 2)" in " ".join(capsys.readouterr().out.split())
     # Results an older corpus wrote, without item scores: judged on the seeds' noise, and said so.
