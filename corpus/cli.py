@@ -94,7 +94,7 @@ def _classifier_train(args: argparse.Namespace) -> int:
     if size > 100 and not args.quantize:
         print(
             f"note: the model is {size:,.0f} MB, {args.bucket:,} n-gram rows x {args.dim} floats whatever the data; "
-            "--quantize makes it ~10x smaller (and --bucket 200000 suits a few thousand documents)"
+            "--quantize makes it ~7x smaller (and --bucket 200000 suits a few thousand documents)"
         )
     return 0
 

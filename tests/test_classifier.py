@@ -89,8 +89,8 @@ def test_a_quantized_model_is_far_smaller_and_scores_as_well(labelled, tmp_path,
     assert main([*args, "--out", str(tmp_path / "small.ftz"), "--bucket", "500000", "--quantize"]) == 0
     assert "note:" not in capsys.readouterr().out
     dense, small = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("dense", "small"))
-    assert small["model_bytes"] * 10 < dense["model_bytes"] == (tmp_path / "dense.bin").stat().st_size
-    assert small["held_out"]["roc_auc"] >= dense["held_out"]["roc_auc"] - 0.02
+    assert small["model_bytes"] * 6 < dense["model_bytes"] == (tmp_path / "dense.bin").stat().st_size
+    assert small["held_out"]["roc_auc"] >= dense["held_out"]["roc_auc"] - 0.03
     assert small["settings"]["quantize"] and not dense["settings"]["quantize"]
 
 
