@@ -45,7 +45,15 @@ def report_command(args: argparse.Namespace) -> int:
     else:  # beside the run's files, wherever the run lives
         run = RunFolder(args.run)
         name = "report-hypothetical.html" if args.select else "report.html"
-        run.write_bytes(name, page)
+        try:
+            run.write_bytes(name, page)
+        except OSError as exc:  # a read-only run folder (a mounted bucket, another user's run)
+            print(
+                f"corpus: cannot write {name} into {run.url} ({exc.strerror or exc}); give --out FILE to write the "
+                "report elsewhere",
+                file=sys.stderr,
+            )
+            return 2
         out = f"{run.url}/{name}"
     console = Console(width=None if sys.stdout.isatty() else 120)
     units = ["words", "tokens"] if data["funnel"][-1]["tokens"] is not None else ["words"]

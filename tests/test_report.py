@@ -309,6 +309,24 @@ def test_export_writes_the_kept_documents_as_the_token_shards_hold_them_in_each_
     assert "documents have no column 'nope'; they have: id, url" in capsys.readouterr().err
 
 
+def test_a_report_into_a_run_folder_it_cannot_write_says_to_give_out(sample_run, monkeypatch, capsys):
+    """A read-only run folder (a mounted bucket, another user's run; root writes anywhere, so the refusal is made)."""
+    import errno
+
+    from corpus.engine import RunFolder
+
+    def refuse(self, relative, data):
+        raise PermissionError(errno.EACCES, "Permission denied", f"{self.url}/{relative}")
+
+    monkeypatch.setattr(RunFolder, "write_bytes", refuse)
+    out, _ = sample_run
+    assert main(["report", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"corpus: cannot write report.html into {out} (Permission denied); give --out FILE to write the report "
+        "elsewhere\n"
+    )
+
+
 def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
     out, _ = sample_run
     assert main(["report", str(out), "--out", str(tmp_path / "r" / "r.html"), "--sample", "2"]) == 0
