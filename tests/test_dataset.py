@@ -192,6 +192,13 @@ def test_inputs_with_other_columns_and_their_own_mappings_store_one_dataset_ever
         names = table.columns if reader == "polars" else table.column_names
         assert len(table) == 90 and list(names) == stored.column_names, reader
     assert read["polars"]["topic"].null_count() == 60
+    # read back without its inputs (a report, an ablation's variants), the run keys its shards as it made them
+    from corpus.engine.plan import make_plan
+    from corpus.engine.shards import shard_key
+
+    made, read_back = make_plan(job), make_plan(load_job(tmp_path / "test.toml", with_inputs=False))
+    assert read_back.options.input_schema == made.options.input_schema != b""
+    assert shard_key(read_back.options) == shard_key(made.options)
 
 
 def test_a_per_input_mapping_that_matches_no_input_is_refused_at_load(documents, tmp_path):

@@ -25,6 +25,7 @@ from corpus.stages.dataset import DatasetOptions, byte_parts, dataset_format, ro
 from corpus.stages.dataset_columns import DatasetError, arrow_schema, extra_fields, jsonl_extra_fields, unified_fields
 
 PLAN_SCHEMA = pa.schema([("ordinal", pa.int64()), ("id", pa.string()), ("source", pa.string())])
+INPUT_SCHEMA = b"input_schema"  # plan.parquet's metadata: `Job.input_schema`
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def make_plan(job: Job) -> Plan:
     was loaded without its inputs (a finished run read back: a job always has inputs, so none resolved means none
     were read), has the shards its documents run planned."""
     if job.documents_from or not job.resolved_inputs:
-        return Plan(options=job, shards=stored_shards(documents_folder(job)))
+        shards, input_schema = stored_plan(documents_folder(job))
+        return Plan(options=job.model_copy(update={"input_schema": input_schema}), shards=shards)
     shards = []
     fields_by_input = {}
     for source in job.resolved_inputs:
@@ -120,22 +122,25 @@ def input_schema_fields(job: Job) -> list[pa.Field]:
 
 
 def write_plan(folder: RunFolder, plan: Plan) -> None:
+    """`plan.parquet`: the shards, and in its metadata the datasets' columns the documents files store."""
     columns = [[s.ordinal for s in plan.shards], [s.id for s in plan.shards], [s.source for s in plan.shards]]
+    schema = PLAN_SCHEMA.with_metadata({INPUT_SCHEMA: plan.options.input_schema} if plan.options.input_schema else {})
     table = pa.Table.from_arrays(
-        [pa.array(values, field.type) for values, field in zip(columns, PLAN_SCHEMA, strict=True)], schema=PLAN_SCHEMA
+        [pa.array(values, field.type) for values, field in zip(columns, schema, strict=True)], schema=schema
     )
-    with folder.parquet_writer(PLAN, PLAN_SCHEMA) as writer:
+    with folder.parquet_writer(PLAN, schema) as writer:
         writer.write(table)
 
 
-def stored_shards(folder: RunFolder) -> tuple[Shard, ...]:
+def stored_plan(folder: RunFolder) -> tuple[tuple[Shard, ...], bytes]:
     """The shards a run planned, as its `plan.parquet` lists them (whole inputs: what a run that only reads its
-    documents back needs)."""
+    documents back needs), and its `Job.input_schema`: a job selecting over its documents keys them alike."""
     try:
         table = folder.read_table(PLAN)
     except FileNotFoundError:
         raise JobError(f"{folder.url} holds no plan.parquet: not a run of a corpus job (run the job first)") from None
-    return tuple(Shard(row["ordinal"], row["id"], row["source"]) for row in table.sort_by("ordinal").to_pylist())
+    shards = tuple(Shard(row["ordinal"], row["id"], row["source"]) for row in table.sort_by("ordinal").to_pylist())
+    return shards, (table.schema.metadata or {}).get(INPUT_SCHEMA, b"")
 
 
 _SHARD_IDS: dict[tuple[str, str], list[str]] = {}
