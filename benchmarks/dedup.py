@@ -16,7 +16,7 @@
    star rounds, labels, roots, decisions, as `corpus run` does): wall time, peak RSS of the driver and of the
    largest task, files left, and the same drop rates.
 
-    python benchmarks/dedup.py --datatrove-python /tmp/dtvenv/bin/python [--engine-only]
+    python benchmarks/dedup.py [--datatrove-python PYTHON] [--engine-only] [--sizes 100000,1000000]
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ BATCH = 10_000
 DATATROVE_SIGNATURES = r"""
 import json, sys, tempfile, time
 import pyarrow.parquet as pq
+import xxhash
+# datatrove 0.10 hands str to xxhash, which xxhash 4 refuses (3 encoded it as UTF-8): encode as 3 did.
+_xxh64 = xxhash.xxh64_intdigest
+xxhash.xxh64_intdigest = lambda data: _xxh64(data.encode() if isinstance(data, str) else data)
 from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
 texts = pq.read_table(sys.argv[1], columns=["text"]).column("text").to_pylist()
 step = MinhashDedupSignature(output_folder=tempfile.mkdtemp(), config=MinhashConfig(n_grams=5, num_buckets=14,
@@ -208,7 +212,7 @@ def _mix(h: np.ndarray) -> np.ndarray:
         return h ^ (h >> np.uint64(31))
 
 
-def whole_section(docs) -> None:
+def whole_section(docs, sizes: tuple[int, int]) -> None:
     """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> star rounds
     (connected components) -> the document each component keeps."""
     import pyarrow as pa
@@ -227,7 +231,8 @@ def whole_section(docs) -> None:
         f"{'unique dropped':>16}"
     )
     timings, bytes_per_doc = {}, {}
-    for total in (100_000, 1_000_000):
+    small, large = sizes
+    for total in sizes:
         started = time.perf_counter()
         parts: list[list[pa.Table]] = [[] for _ in range(partitions)]
         origins = []
@@ -260,14 +265,16 @@ def whole_section(docs) -> None:
             f"{total:>12,}{seconds:>10.1f}{total / seconds:>10,.0f}{rss:>9.2f} GiB{(~kept).mean():>9.1%}"
             f"{found:>14.1%}{unique_dropped:>16.2%}"
         )
-    print(f"1M / 100k time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min and <= 4 GiB")
-    shuffled, measures, linked = bytes_per_doc[1_000_000]
+    print(f"{large:,} / {small:,} time: {timings[large] / timings[small]:.1f}x (goal <= 11x at 10x the documents); "
+          "goal at 1M: <= 10 min and <= 4 GiB")  # fmt: skip
+    shuffled, measures, linked = bytes_per_doc[large]
     largest = measures["largest_partition_bytes"]
     print(
-        f"bytes per document at 1M: {shuffled:.0f} in the shuffle files (all selected documents, {BANDS} bands); "
+        f"bytes per document at {large:,}: {shuffled:.0f} in the shuffle files (all selected documents, {BANDS} "
+        "bands); "
         f"connected components in {measures['rounds']} star rounds over {partitions} partitions, the largest "
         f"partition {largest / 2**20:.1f} MiB of edges ({largest / linked * partitions:.0f} bytes per linked document "
-        f"spread over the partitions; {linked:,} linked of 1,000,000); the driver holds none"
+        f"spread over the partitions; {linked:,} linked of {large:,}); the driver holds none"
     )
 
 
@@ -332,7 +339,7 @@ def _store_synthetic_run(folder: Path, words: np.ndarray, offsets: np.ndarray, t
     return np.concatenate(origins)
 
 
-def engine_section(docs) -> None:
+def engine_section(docs, sizes: tuple[int, int]) -> None:
     """Section 4: the dedup step through the engine's tasks and files on a 2-CPU Ray."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -353,7 +360,8 @@ def engine_section(docs) -> None:
     print(f"{'documents':>12}{'stored s':>10}{'partitions':>11}{'dedup s':>9}{'docs/s':>10}{'driver RSS':>12}"
           f"{'task RSS':>10}{'files':>7}{'dropped':>9}{'copies found':>14}{'unique dropped':>16}")  # fmt: skip
     timings = {}
-    for total in (100_000, 1_000_000):
+    small, large = sizes
+    for total in sizes:
         with tempfile.TemporaryDirectory(prefix="dedup-engine-") as tmp:
             stored = time.perf_counter()
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
@@ -386,7 +394,8 @@ def engine_section(docs) -> None:
             )
     ray.shutdown()
     print(
-        f"1M / 100k dedup time: {timings[1_000_000] / timings[100_000]:.1f}x (goal <= 11x); goal <= 10 min on 2 cores"
+        f"{large:,} / {small:,} dedup time: {timings[large] / timings[small]:.1f}x (goal <= 11x at 10x the documents); "
+        "goal at 1M: <= 10 min on 2 cores"
     )
     print("stored s: signatures computed and written as a run's documents (a child process, outside the timing);")
     print("dedup s: the dedup step's tasks on Ray, from the shuffle to each shard's decisions; task RSS: the")
@@ -410,6 +419,13 @@ def main() -> None:
     engine_only = "--engine-only" in sys.argv  # section 4 alone
     if engine_only:
         sys.argv.remove("--engine-only")
+    sizes = (100_000, 1_000_000)
+    if "--sizes" in sys.argv:  # two document counts for sections 3 and 4; the smallest run: --sizes 10000,20000
+        at = sys.argv.index("--sizes")
+        sizes = tuple(int(n) for n in sys.argv[at + 1].split(","))
+        del sys.argv[at : at + 2]
+        if len(sizes) != 2 or any(n < BATCH or n % BATCH for n in sizes):
+            raise SystemExit(f"--sizes: two document counts, each a multiple of {BATCH:,} (a stored shard's)")
     args = benchmark_arguments(__doc__, datatrove=True)
 
     from corpus.text.batch import DocumentBatch
@@ -420,8 +436,8 @@ def main() -> None:
     if not engine_only:
         signatures_section(texts, args.datatrove_python)
         lsh_section(texts)
-        whole_section(DocumentBatch(texts))
-    engine_section(DocumentBatch(texts))
+        whole_section(DocumentBatch(texts), sizes)
+    engine_section(DocumentBatch(texts), sizes)
 
 
 if __name__ == "__main__":

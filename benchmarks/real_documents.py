@@ -13,9 +13,11 @@ Built once and cached as Parquet (columns: id, text, url, lang) under the system
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -149,8 +151,11 @@ def benchmark_arguments(description: str, datatrove: bool = False) -> argparse.N
     this process pinned to one core: every figure is per core."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
-    if datatrove:
-        parser.add_argument("--datatrove-python", help="python of a venv with datatrove; omitted = no datatrove row")
+    if datatrove:  # the parity extra installs datatrove beside corpus; a venv of its own works too
+        here = sys.executable if importlib.util.find_spec("datatrove") else None
+        parser.add_argument(
+            "--datatrove-python", default=here, help="python with datatrove (default: this one, if it has datatrove)"
+        )
     args = parser.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     return args

@@ -6,10 +6,10 @@ PII domains). Peer: datatrove's GopherRepetitionFilter ->
 GopherQualityFilter -> C4QualityFilter -> FineWebQualityFilter chain, which stops at a document's first failing
 filter (so it does less work per document than we do). Goal: ours >= 20x the peer's docs/s.
 
-datatrove lives in its own virtual environment (its `processing` extra pins trafilatura < 1.12):
+datatrove is the one the `parity` extra installs beside corpus (`--datatrove-python PYTHON`: one of another venv):
 
-    python -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove spacy tokenizers regex 'xxhash<4' pyarrow
-    python benchmarks/rule_signals.py --datatrove-python /tmp/dtvenv/bin/python
+    pip install -e '.[parity]'
+    python benchmarks/rule_signals.py
 """
 
 from __future__ import annotations

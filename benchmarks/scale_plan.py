@@ -44,7 +44,7 @@ def main() -> None:
     sample = Path(__file__).resolve().parent.parent / "jobs" / "sample.toml"
     body = sample.read_text().replace('inputs = ["../corpus/sample/data/sample.warc.gz"]', "")
     body = body.replace('output = "../runs/sample"', f'output = "{work / "run"}"')
-    body = body.replace('"lists/', f'"{sample.parent / "lists"}/')
+    body = body.replace('"lists/', f'"{sample.parent / "lists"}/').replace('"../', f'"{sample.parent.parent}/')
     header = 'inputs_list = "warc.paths"\ninputs_prefix = "https://data.commoncrawl.org/"\n'
     (work / "job.toml").write_text(header + body)
 
