@@ -58,6 +58,7 @@ def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_pat
     from corpus.engine import tasks
 
     def flaky(options, task, context):
+        context.on_progress(5, 2)  # live counts told before the task fails or ends
         if task.param("n") == 1:
             raise ValueError("bad record 7")
         return {"id": task.id, "n": task.param("n")}
@@ -67,8 +68,15 @@ def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_pat
         options = make_plan(_job_over(tmp_path, 1)).options
         work = [Task("test_flaky", f"t{n}", "k", f"markers/t{n}.json", None, (("n", n),)) for n in range(3)]
         failed: dict[str, str] = {}
-        reports = run_phase(InlineRunner(), options, work, failed)
+        live = [0, 0]
+
+        def count(records: int, documents: int) -> None:
+            live[0] += records
+            live[1] += documents
+
+        reports = run_phase(InlineRunner(count), options, work, failed)
         assert sorted(reports) == ["t0", "t2"] and failed == {"t1": "ValueError: bad record 7"}
+        assert live == [10, 4]  # the failed task's counts taken back: the live line counts what the totals will
         assert reports["t2"]["key"] == "k" and (tmp_path / "out" / "markers" / "t2.json").exists()
         assert not (tmp_path / "out" / "markers" / "t1.json").exists()  # no marker: the next run redoes it
         again = run_phase(

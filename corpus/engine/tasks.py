@@ -137,6 +137,36 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+class LiveCounts:
+    """The live progress counts each running task told, so that a task that fails takes its own back: the live line
+    then counts what the run will count (a failed shard's records are not in its totals)."""
+
+    def __init__(self, on_progress: Callable[[int, int], None] | None):
+        self.on_progress = on_progress
+        self.current: Task | None = None
+        self.told: dict[int, list[int]] = {}
+
+    def start(self, task: Task) -> None:
+        self.current = task
+        self.told[id(task)] = [0, 0]
+
+    def add(self, records: int, documents: int, task: Task | None = None) -> None:
+        counts = self.told.setdefault(id(task or self.current), [0, 0])
+        counts[0] += records
+        counts[1] += documents
+        if self.on_progress is not None:
+            self.on_progress(records, documents)
+
+    def done(self, task: Task) -> None:
+        self.told.pop(id(task), None)
+
+    def retract(self, task: Task) -> None:
+        """A failed task's counts taken back from the live line."""
+        records, documents = self.told.pop(id(task), (0, 0))
+        if self.on_progress is not None and (records or documents):
+            self.on_progress(-records, -documents)
+
+
 class InlineRunner:
     """Every task in this process, in order: `corpus run --no-ray`, tests, and runs too small to start Ray for."""
 
@@ -146,14 +176,20 @@ class InlineRunner:
         self.on_progress = on_progress
 
     def run(self, options: Job, tasks: Iterable[Task]) -> Iterator[Outcome]:
-        context = Context(on_progress=self.on_progress)
+        told = LiveCounts(self.on_progress)
+        context = Context(on_progress=told.add)
         for task in tasks:
             stop_if_interrupted()
+            told.start(task)
             try:
-                yield task, execute(options, task, context), None
+                report = execute(options, task, context)
             except Exception as exc:  # noqa: BLE001 - a failed task is reported, the others go on
                 logging.getLogger("corpus").debug(traceback.format_exc())
+                told.retract(task)
                 yield task, None, format_failure(exc)
+                continue
+            told.done(task)
+            yield task, report, None
 
 
 _PROGRESS_EVERY_S = 1.0
@@ -238,6 +274,7 @@ class RayRunner:
 
         reference = self._options_ref(options)
         in_flight: dict = {}  # a task's stream of results -> the task
+        told = LiveCounts(self.on_progress)
         pending = iter(tasks)
         exhausted = False
         while in_flight or not exhausted:
@@ -265,13 +302,14 @@ class RayRunner:
                     continue
                 except Exception as exc:  # noqa: BLE001 - a failed task is reported, the others go on
                     in_flight.pop(stream)
+                    told.retract(task)
                     yield task, None, format_failure(exc)
                     continue
                 if message[0] == "progress":
-                    if self.on_progress is not None:
-                        self.on_progress(*message[1:])
+                    told.add(*message[1:], task=task)
                 else:
                     in_flight.pop(stream)
+                    told.done(task)
                     yield task, message[1], None
 
 
