@@ -67,26 +67,33 @@ def line_hashes(docs: DocumentBatch, normalise: bool = True) -> tuple[np.ndarray
     return _line_hashes(*docs.code_points, character_classes(), lower_case_table(), normalise)
 
 
-def remove_repeated_lines(texts: list[str], repeated: np.ndarray, normalise: bool = True) -> list[str]:
-    """The modifier: each text without its lines whose hash is in `repeated` (blank lines stay). The lines of the
-    whole batch are hashed in one kernel call."""
-    offsets, hashes, _ = line_hashes(DocumentBatch(texts), normalise)
-    cut = np.isin(hashes, repeated)
+def remove_cut_units(texts: list[str], offsets: np.ndarray, cut: np.ndarray, paragraphs: bool = False) -> list[str]:
+    """Each text without its units marked in `cut` (CSR by `offsets`): its non-blank lines, or with `paragraphs`
+    its runs of non-blank lines; blank lines stay."""
     out = []
     for text, first, last in zip(texts, offsets[:-1], offsets[1:], strict=True):
         if not cut[first:last].any():
             out.append(text)
             continue
-        kept, position = [], first
+        kept, unit, in_unit = [], first - 1, False
         for line in text.split("\n"):
             if line.strip():
-                if not cut[position]:
+                unit += not (paragraphs and in_unit)
+                in_unit = True
+                if not cut[unit]:
                     kept.append(line)
-                position += 1
             else:
+                in_unit = False
                 kept.append(line)
         out.append("\n".join(kept))
     return out
+
+
+def remove_repeated_lines(texts: list[str], repeated: np.ndarray, normalise: bool = True) -> list[str]:
+    """The modifier: each text without its lines whose hash is in `repeated` (blank lines stay). The lines of the
+    whole batch are hashed in one kernel call."""
+    offsets, hashes, _ = line_hashes(DocumentBatch(texts), normalise)
+    return remove_cut_units(texts, offsets, np.isin(hashes, repeated))
 
 
 @register

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from corpus.rules.line_dedup import LineDedup
+from corpus.rules.line_dedup import LineDedup, remove_cut_units
 from numba import njit
 
 from corpus.rulebook import Signal, register
@@ -73,24 +73,7 @@ def paragraph_hashes(docs: DocumentBatch, normalise: bool = True) -> tuple[np.nd
 def remove_repeated_paragraphs(texts: list[str], repeated: np.ndarray, normalise: bool = True) -> list[str]:
     """The modifier: each text without its paragraphs whose hash is in `repeated` (blank lines stay)."""
     offsets, hashes, _ = paragraph_hashes(DocumentBatch(texts), normalise)
-    cut = np.isin(hashes, repeated)
-    out = []
-    for text, first, last in zip(texts, offsets[:-1], offsets[1:], strict=True):
-        if not cut[first:last].any():
-            out.append(text)
-            continue
-        kept, paragraph, in_paragraph = [], first - 1, False
-        for line in text.split("\n"):
-            if line.strip():
-                paragraph += not in_paragraph
-                in_paragraph = True
-                if not cut[paragraph]:
-                    kept.append(line)
-            else:
-                in_paragraph = False
-                kept.append(line)
-        out.append("\n".join(kept))
-    return out
+    return remove_cut_units(texts, offsets, np.isin(hashes, repeated), paragraphs=True)
 
 
 @register
