@@ -21,6 +21,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from corpus.config.job import JobError, check_language_codes, resolve_rule_settings, resolve_thresholds
+from corpus.config.per_language import split_per_language, with_per_language
 from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.annotate import annotate_documents, signal_fields
 from corpus.stages.dedup import MinHashOptions, band_hashes, jaccard, minhash_signatures, permutations
@@ -191,7 +192,12 @@ def apply_rules(
     job's `[dataset]` table does, e.g. `{"text": "body", "id": "doc_id"}`. `rules`: names in order (default: a
     job's default order); `settings`: `{rule: {option: value}}` as a job's `[rules.NAME]` tables; `thresholds`: a
     job's `[select]` table as a dict, e.g. `{"gopher_quality": {"words": {"min": 100}}}` (default: each rule's
-    published thresholds). Corpus rules and quantile thresholds take these documents as the corpus."""
+    published thresholds), and `"per_language": "fineweb2"` (or a configs folder) as in a job. Corpus rules and
+    quantile thresholds take these documents as the corpus."""
+    try:
+        select, settings, languages_path = split_per_language(thresholds or {}, settings or {}, _arguments())
+    except JobError as exc:
+        raise _in_arguments(exc) from None
     computed = _rules(rules, settings)
     given = _mapped(_as_table(documents), columns or {})
     language = next((rule for rule in computed if rule.name == "language"), None)
@@ -203,7 +209,8 @@ def apply_rules(
     table = _documents_table(given)
     names = [rule.name for rule in computed]
     try:
-        _, chosen = resolve_thresholds(thresholds or {}, names, _arguments())
+        selected, chosen = resolve_thresholds(select, names, _arguments())
+        chosen = with_per_language(chosen, languages_path, selected, _arguments())
     except JobError as exc:
         raise _in_arguments(exc) from None
     per_document = [rule for rule in computed if not isinstance(rule, CorpusRule)]

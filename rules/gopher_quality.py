@@ -4,7 +4,8 @@ Rae et al. 2021 ("Gopher"), section A.1.1, as datatrove's `GopherQualityFilter` 
 without pure-punctuation tokens; the hash and ellipsis ratios are per word (all tokens); the share of words with a
 letter is of all tokens too, punctuation included (`alpha_words_of = "words"`: of the words apart by white space,
 as the paper defines it); bullets and ellipses are per line; the stop-word test counts distinct words among the,
-be, to, of, and, that, have, with.
+be, to, of, and, that, have, with, or, with `stop_words_of` (FineWeb-2's configs, set by `[select] per_language`),
+among the document's language's own stop words.
 Per-word properties come from the shared vocabulary; the per-document work is two Numba passes, one over the
 batch's word ids and one over its code points (lines, bullets, ellipses, '#').
 """
@@ -19,8 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.rulebook import Rule, RuleOptions, Signal, register
+from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, load_once, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.language_settings import load_language_settings
 from corpus.text.words import SPACE, character_classes
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
@@ -76,12 +78,10 @@ def _text_marks(cp, text_offsets, flags):
 
 
 @njit(cache=True)
-def _word_marks(offsets, ids, is_symbol, length, has_letter, stop_bit):
-    """Per document: words that are not pure punctuation, their letters, words with a letter, stop words present
-    (distinct)."""
-    out = np.zeros((len(offsets) - 1, 4), np.int64)
+def _word_marks(offsets, ids, is_symbol, length, has_letter):
+    """Per document: words that are not pure punctuation, their letters, words with a letter."""
+    out = np.zeros((len(offsets) - 1, 3), np.int64)
     for d in range(len(offsets) - 1):
-        seen = 0
         for k in range(offsets[d], offsets[d + 1]):
             word = ids[k]
             if not is_symbol[word]:
@@ -89,11 +89,22 @@ def _word_marks(offsets, ids, is_symbol, length, has_letter, stop_bit):
                 out[d, 1] += length[word]
             if has_letter[word]:
                 out[d, 2] += 1
-            if stop_bit[word] >= 0:
-                seen |= 1 << stop_bit[word]
-        while seen:
-            out[d, 3] += seen & 1
-            seen >>= 1
+    return out
+
+
+@njit(cache=True)
+def _distinct_stop_words(offsets, ids, stop_index, documents):
+    """Per document of `documents`: how many distinct stop words it has (`stop_index[word]`: -1 for none)."""
+    out = np.zeros(len(documents), np.int64)
+    seen = np.zeros(max(1, stop_index.max() + 1), np.bool_)
+    for j in range(len(documents)):
+        d = documents[j]
+        seen[:] = False
+        for k in range(offsets[d], offsets[d + 1]):
+            s = stop_index[ids[k]]
+            if s >= 0 and not seen[s]:
+                seen[s] = True
+                out[j] += 1
     return out
 
 
@@ -136,6 +147,9 @@ class GopherQuality(Rule):
         alpha_words_of: Literal["tokens", "words"] = "tokens"
         """`alpha_words_frac`'s denominator: "tokens", every token of the word splitter, punctuation included (as
         datatrove and FineWeb count); "words", the words apart by white space (the Gopher paper's definition)."""
+        stop_words_of: FilePath = ""
+        """FineWeb-2's language configs (a folder or .tar.xz of <key>.yml): a document in one of their languages
+        counts that language's stop words; `[select] per_language` sets it."""
 
     name = "gopher_quality"
     position = 40  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
@@ -153,7 +167,7 @@ class GopherQuality(Rule):
             "white-space words with a letter, of every such word (the Gopher paper)",
             most=1,
         ),
-        Signal("stop_words", pa.int8(), "distinct Gopher stop words present (of 8)", most=8),
+        Signal("stop_words", pa.int8(), "distinct stop words present (Gopher's 8, or the language's own list)"),
     )
     defaults = {
         "words": {"min": 50, "max": 100_000},
@@ -166,15 +180,32 @@ class GopherQuality(Rule):
         "stop_words": {"min": 2},
     }
 
+    def stop_words(self, docs: DocumentBatch) -> np.ndarray:
+        """Per document: distinct stop words of its language's list (Gopher's where it has none) present."""
+        by_language = (
+            load_once(load_language_settings, self.options.stop_words_of) if self.options.stop_words_of else {}
+        )
+        lists: dict[tuple[str, ...], list[int]] = {}
+        keys = docs.language_keys if by_language else [None] * len(docs)
+        for d, key in enumerate(keys):
+            own = by_language.get(key)
+            lists.setdefault(own.stop_words if own else STOP_WORDS, []).append(d)
+        out = np.zeros(len(docs), np.int64)
+        for words, documents in lists.items():
+            stop_index = np.full(docs.vocabulary.size, -1, np.int64)
+            for index, word in enumerate(docs.vocabulary.ids_of(list(words))):
+                if word >= 0:
+                    stop_index[word] = index
+            rows = np.array(documents, np.int64)
+            out[rows] = _distinct_stop_words(docs.word_offsets, docs.word_ids, stop_index, rows)
+        return out
+
     def compute(self, docs: DocumentBatch) -> dict:
         vocabulary = docs.vocabulary
-        stop_bit = np.full(vocabulary.size, -1, np.int64)
-        for bit, word in enumerate(vocabulary.ids_of(list(STOP_WORDS))):
-            if word >= 0:
-                stop_bit[word] = bit
-        words, letters, with_letter, stop_words = _word_marks(
-            docs.word_offsets, docs.word_ids, vocabulary.is_symbol, vocabulary.length, vocabulary.has_letter, stop_bit
+        words, letters, with_letter = _word_marks(
+            docs.word_offsets, docs.word_ids, vocabulary.is_symbol, vocabulary.length, vocabulary.has_letter
         ).T
+        stop_words = self.stop_words(docs)
         lines, bullets, ellipsis_lines, hashes, ellipses = _text_marks(*docs.code_points, character_classes()).T
         tokens = np.maximum(docs.word_counts, 1)
         per_line = np.maximum(lines, 1)
@@ -191,5 +222,5 @@ class GopherQuality(Rule):
             "bullet_lines_frac": (bullets / per_line).astype(np.float32),
             "ellipsis_lines_frac": (ellipsis_lines / per_line).astype(np.float32),
             "alpha_words_frac": alpha_words_frac,
-            "stop_words": stop_words.astype(np.int8),
+            "stop_words": np.minimum(stop_words, 127).astype(np.int8),
         }

@@ -17,6 +17,7 @@ from corpus.stages.accounting import StageCounts, StageResult
 
 STAGE = "select"
 EXCLUDED = "excluded"
+LANGUAGE_KEY = "language.key"  # the language rule's signal per-language thresholds are looked up by
 SELECTION = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
@@ -38,8 +39,9 @@ class Threshold:
     rule: str
     signal: str
     bound: str  # "min" or "max"
-    value: float | int | bool | None
+    value: float | int | bool | None  # None: no bound, except for the languages in `by_language`
     quantile: float | None = None
+    by_language: tuple[tuple[str, float | None], ...] = ()  # (language key, its value; None: off for it)
 
     @property
     def column(self) -> str:
@@ -56,15 +58,33 @@ class Threshold:
         value = pc.quantile(values, q=self.quantile, interpolation="lower").to_pylist()
         return replace(self, value=value[0] if value and value[0] is not None else 0.0)
 
-    def failing(self, values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    def failing(self, values: pa.ChunkedArray | pa.Array, language_keys: pa.ChunkedArray | None = None) -> np.ndarray:
+        """Per document, whether it is past this bound: its language's value where `by_language` has one."""
         if pa.types.is_boolean(values.type):
             values = pc.cast(values, pa.int8())
         value = int(self.value) if isinstance(self.value, bool) else self.value
+        if self.by_language and language_keys is not None:
+            return self._failing_by_language(values, language_keys, value)
+        if value is None:
+            return np.zeros(len(values), np.bool_)
         if pa.types.is_floating(values.type):
             # Compare at the column's precision: float32(0.3) must not count as above a 0.3 threshold.
             value = pa.scalar(value, type=values.type)
         failed = pc.less(values, value) if self.bound == "min" else pc.greater(values, value)
         return pc.fill_null(failed, False).to_numpy(zero_copy_only=False)
+
+    def _failing_by_language(self, values, language_keys, value) -> np.ndarray:
+        keys = pa.array([key for key, _ in self.by_language], pa.string())
+        per_key = np.array([np.nan if v is None else v for _, v in self.by_language] + [np.nan], np.float64)
+        found = pc.fill_null(pc.index_in(language_keys, value_set=keys), -1).to_numpy(zero_copy_only=False)
+        bounds = per_key[found]  # -1: the last entry, replaced by the job's own value below
+        bounds[found < 0] = np.nan if value is None else value
+        single = pa.types.is_floating(values.type) and values.type.bit_width == 32
+        column = pc.fill_null(pc.cast(values, pa.float32() if single else pa.float64()), float("nan"))
+        column = column.to_numpy(zero_copy_only=False)
+        bounds = bounds.astype(column.dtype)  # at the column's precision, as above
+        with np.errstate(invalid="ignore"):
+            return (column < bounds) if self.bound == "min" else (column > bounds)
 
 
 def default_thresholds(rule) -> list[Threshold]:
@@ -81,13 +101,15 @@ def select_documents(
     signals: pa.Table, thresholds: list[Threshold], excluded: np.ndarray | None = None
 ) -> tuple[StageResult, dict[str, int]]:
     """(selection table `SELECTION` with its counts, documents failing each threshold whatever came first).
-    `excluded`: a mask of documents to drop as `excluded` whatever their signals."""
+    `excluded`: a mask of documents to drop as `excluded` whatever their signals. Thresholds set per language
+    read each document's language key from the `LANGUAGE_KEY` column."""
     started = time.perf_counter()
     n = signals.num_rows
     reasons = [threshold.reason for threshold in thresholds] + ([EXCLUDED] if excluded is not None else [])
+    keys = signals.column(LANGUAGE_KEY) if LANGUAGE_KEY in signals.column_names else None
     failing = np.zeros((len(reasons), n), np.bool_)
     for t, threshold in enumerate(thresholds):
-        failing[t] = threshold.failing(signals.column(threshold.column))
+        failing[t] = threshold.failing(signals.column(threshold.column), keys)
     if excluded is not None:
         failing[-1] = excluded
     any_failure = failing.any(axis=0)
@@ -112,3 +134,13 @@ def select_documents(
             counts.drop(reason)
     counts.seconds = time.perf_counter() - started
     return StageResult(table, counts), {reason: int(failing[t].sum()) for t, reason in enumerate(reasons)}
+
+
+def language_funnel(signals: pa.Table, kept: pa.Array | pa.ChunkedArray) -> dict[str, list[int]]:
+    """Per language key (`LANGUAGE_KEY`; "none" without a label): [documents, kept by the thresholds]."""
+    if LANGUAGE_KEY not in signals.column_names:
+        return {}
+    table = pa.table({"key": pc.fill_null(signals.column(LANGUAGE_KEY), "none"), "kept": pc.cast(kept, pa.int64())})
+    summed = table.group_by("key").aggregate([("kept", "count"), ("kept", "sum")])
+    columns = (summed.column(c).to_pylist() for c in ("key", "kept_count", "kept_sum"))
+    return {key: [count, total] for key, count, total in zip(*columns, strict=True)}

@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 
 from corpus.config import JobError, no_such_file
 from corpus.config.inputs import check_dataset_columns, check_exclusions, expand_inputs, resolve_path
+from corpus.config.per_language import split_per_language, with_per_language
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
 from corpus.stages.dataset import DatasetOptions
@@ -52,7 +53,11 @@ class Job(StageOptions):
     extract: ExtractOptions = ExtractOptions()
     annotate: AnnotateOptions = AnnotateOptions()
     rules: dict[str, dict[str, Any]] = Field(default_factory=dict, description="settings per rule: [rules.NAME]")
-    select: dict[str, Any] = Field(default_factory=dict, description="thresholds: [select.RULE] SIGNAL.min/max")
+    select: dict[str, Any] = Field(
+        default_factory=dict,
+        description='thresholds: [select.RULE] SIGNAL.min/max; per_language = "fineweb2" (or a folder of FineWeb-2\'s '
+        "<language>_<Script>.yml): FineWeb-2's thresholds and stop words for each language it configured",
+    )
     dedup: DedupOptions = DedupOptions()
     tokenize: TokenizeOptions = TokenizeOptions()
     exclude: str = Field(
@@ -203,7 +208,7 @@ def check_language_codes(asked: dict[str, list[str]], lid_model: str, path: Path
 
     labels = LanguageIdentifier(lid_model).model.labels
     for key, codes in asked.items():
-        unknown = [code for code in codes if code not in labels]
+        unknown = [code for code in codes if code not in labels and code != "*"]
         if unknown:
             close = difflib.get_close_matches(unknown[0].lower(), labels, n=1) or [unknown[0].lower()[:2]]
             hint = f"did you mean {close[0]!r}? " if close[0] in labels else ""
@@ -238,9 +243,11 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     from corpus.rulebook import discover
 
     registry = discover()
-    settings = resolve_rule_settings(job.annotate.rules, job.rules, path)
+    select, rules, languages_path = split_per_language(job.select, job.rules, path)
+    settings = resolve_rule_settings(job.annotate.rules, rules, path)
     names = [name for name, _ in settings]
-    selected, thresholds = resolve_thresholds(job.select, names, path)
+    selected, thresholds = resolve_thresholds(select, names, path)
+    thresholds = with_per_language(thresholds, languages_path, selected, path)
     _check_prefilter(job, path, registry, selected, thresholds)
     modifiers = [name for name in names if registry[name].rewrites_text()]
     for name in job.tokenize.modifiers or []:

@@ -72,4 +72,4 @@ def annotate_fingerprint(job: Job) -> str:
 
 def thresholds_key(thresholds: list) -> list:
     """The part of a key that a list of resolved thresholds contributes."""
-    return [(t.reason, t.value) for t in thresholds]
+    return [(t.reason, t.value, *([t.by_language] if t.by_language else [])) for t in thresholds]

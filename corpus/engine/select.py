@@ -23,7 +23,7 @@ from corpus.engine.run_folder import (
 )
 from corpus.engine.tasks import Context, Task, kind
 from corpus.rulebook import content_sha256, load_once
-from corpus.stages.select import SELECTION, select_documents
+from corpus.stages.select import LANGUAGE_KEY, SELECTION, language_funnel, select_documents
 
 
 def stored_signals(job: Job, shard_id: str, columns: list[str]) -> pa.Table:
@@ -100,7 +100,8 @@ def select_shard(job: Job, task: Task, context: Context) -> dict:
     """Apply the thresholds (quantiles already resolved in the options) to a shard's stored signals; write
     `selection/<id>.parquet`. Returns the select stage's counts and, per threshold, the documents failing it."""
     thresholds = job.thresholds
-    signals = stored_signals(job, task.shard.id, list(dict.fromkeys(t.column for t in thresholds)))
+    columns = [t.column for t in thresholds] + ([LANGUAGE_KEY] if any(t.by_language for t in thresholds) else [])
+    signals = stored_signals(job, task.shard.id, list(dict.fromkeys(columns)))
     excluded = None
     if job.exclude:
         ids = load_once(excluded_ids, job.exclude)
@@ -109,7 +110,8 @@ def select_shard(job: Job, task: Task, context: Context) -> dict:
     path = rule_selection_path(task.shard.id) if job.dedup.steps else selection_path(task.shard.id)
     with RunFolder(job.output).parquet_writer(path, SELECTION) as writer:
         writer.write(selected.table)
-    return {"id": task.shard.id, "select": selected.counts.to_dict(), "failing": failing}
+    languages = language_funnel(signals, selected.table.column("kept"))
+    return {"id": task.shard.id, "select": selected.counts.to_dict(), "failing": failing, "languages": languages}
 
 
 def rule_kept_rows(job: Job, shard_id: str) -> np.ndarray:

@@ -47,6 +47,31 @@ def _thresholds_failing_everything(thresholds: list, failing: Counter, select: S
     ]
 
 
+def _language_funnel(languages: dict[str, list[int]], thresholds: list) -> dict[str, dict]:
+    """Per language key, most documents first: documents, those the thresholds keep, and whose thresholds applied
+    ("per_language": its own, from `[select] per_language`; "job": the job's)."""
+    configured = {key for t in thresholds for key, _ in t.by_language}
+    return {
+        key: {"documents": n, "kept_by_rules": kept, "thresholds": "per_language" if key in configured else "job"}
+        for key, (n, kept) in sorted(languages.items(), key=lambda item: (-item[1][0], item[0]))
+    }
+
+
+def _languages_without_settings(languages: dict[str, list[int]], thresholds: list) -> list[str]:
+    """With per-language thresholds, the documents whose language has none: they fell back to the job's."""
+    configured = {key for t in thresholds for key, _ in t.by_language}
+    if not configured:
+        return []
+    fallback = sorted(((n, key) for key, (n, _) in languages.items() if key not in configured), reverse=True)
+    if not fallback:
+        return []
+    named = ", ".join(f"{key} {n}" for n, key in fallback[:8]) + (" …" if len(fallback) > 8 else "")
+    return [
+        f"{sum(n for n, _ in fallback)} documents are in languages without per-language settings and were selected "
+        f"with the job's thresholds ({named})"
+    ]
+
+
 def _empty_inputs(reports: list[dict]) -> list[str]:
     """A warning naming the inputs that held no record at all (an empty or truncated file, a wrong path in a
     listing): complete, but likely not what the user meant to read."""
@@ -74,6 +99,7 @@ def summarize(
     stages = {stage: StageCounts(stage) for stage in ALL_STAGES}
     errors: list[dict] = []
     failing: Counter = Counter()
+    languages: dict[str, list[int]] = {}
     per_shard = {}
     for report in reports:
         chain = stage_counts(report)
@@ -81,6 +107,10 @@ def summarize(
         if selection is not None:
             chain.append(StageCounts.from_dict("select", selection["select"]))
             failing.update(selection["failing"])
+            for key, (documents, kept_by_rules) in selection.get("languages", {}).items():
+                funnel = languages.setdefault(key, [0, 0])
+                funnel[0] += documents
+                funnel[1] += kept_by_rules
             if "dedup" in selection:
                 chain.append(StageCounts.from_dict("dedup", selection["dedup"]))
         check_chain(chain, f"shard {report['id']}")
@@ -136,7 +166,10 @@ def summarize(
             for threshold in thresholds
         },
         "dedup": _dedup_summary(job, stages.get("dedup")),
-        "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select")) + _empty_inputs(reports),
+        "languages": _language_funnel(languages, thresholds),
+        "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select"))
+        + _empty_inputs(reports)
+        + _languages_without_settings(languages, thresholds),
         "tokens": (
             {
                 "documents": sum(r["documents"] for r in tokenized.values()),

@@ -3,12 +3,14 @@
 Rules see a `DocumentBatch`: the texts, URLs and languages, plus lazily computed and cached views: words as a
 CSR of integer ids (`word_offsets`, `word_ids`) with per-id properties in `vocabulary` (length, has a letter,
 is punctuation, lower-case form), which is what the Numba kernels consume. Words are split by
-`corpus.text.words` (spaCy-like, see `WORD`): equal words have equal ids within a batch; the ids carry no other
-meaning.
+`corpus.text.words` (spaCy-like, see `WORD`) where a script separates words by spaces, and by the script's
+segmenter (`corpus.text.segmenters`) where it does not (Chinese, Japanese, Thai …); equal words have equal ids
+within a batch; the ids carry no other meaning.
 """
 
 from __future__ import annotations
 
+import sys
 from functools import cached_property
 
 import numpy as np
@@ -17,7 +19,18 @@ import pyarrow.compute as pc
 from numba import njit
 
 from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
-from corpus.text.words import SplitWords, code_points, count_words, folded_word_hashes
+from corpus.text.languages import language_key
+from corpus.text.scripts import dominant_scripts
+from corpus.text.segmenters import EXTRA, segmenter_for
+from corpus.text.words import (
+    WORD_CHAR,
+    SplitWords,
+    character_classes,
+    code_points,
+    count_words,
+    folded_word_hashes,
+    lower_case_table,
+)
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -133,13 +146,62 @@ class DocumentBatch:
         return code_points(self.texts)
 
     @cached_property
+    def scripts(self) -> list[str]:
+        """Per document: the script most of its letters are in (ISO 15924, `corpus.text.scripts`)."""
+        return dominant_scripts(*self.code_points)
+
+    @cached_property
+    def language_keys(self) -> list[str | None]:
+        """Per document: FineWeb-2's language key (`cmn_Hani`) from its language label and script."""
+        return [language_key(lang, script) for lang, script in zip(self.langs, self.scripts, strict=True)]
+
+    @cached_property
+    def segmented(self) -> dict[int, list[tuple[int, int]]]:
+        """The word spans of documents not split by the default splitter, by document index: those a segmenter
+        splits (Chinese, Thai …), and those in a script that writes vowels as combining marks (Devanagari, Arabic
+        …), split with the marks kept in their words."""
+        if not any(lang for lang in self.langs):
+            return {}
+        spans, missing, marked = {}, {}, []
+        for index, key in enumerate(self.language_keys):
+            segmenter = segmenter_for(key)
+            if segmenter is not None and segmenter.available():
+                spans[index] = segmenter.spans(self.texts[index])
+                continue
+            if segmenter is not None:
+                missing[segmenter] = missing.get(segmenter, 0) + 1
+            if self.scripts[index] not in UNMARKED_SCRIPTS:
+                marked.append(index)
+        for segmenter, count in missing.items():
+            _warn_once(segmenter, count)
+        if marked:
+            words = SplitWords([self.texts[i] for i in marked], marks=True)
+            spans.update({index: words.of_text(k) for k, index in enumerate(marked)})
+        return spans
+
+    @cached_property
     def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
-        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.words.folded_word_hashes`."""
-        return folded_word_hashes(*self.code_points)
+        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.words.folded_word_hashes`;
+        a segmented document's words are its segmenter's words."""
+        offsets, hashes = folded_word_hashes(*self.code_points)
+        if not self.segmented:
+            return offsets, hashes
+        points, text_offsets = self.code_points
+        parts, counts = [], np.diff(offsets)
+        for index in range(len(self.texts)):
+            if index in self.segmented:
+                parts.append(_span_hashes(points, text_offsets[index], self.segmented[index]))
+                counts[index] = len(parts[-1])
+            else:
+                parts.append(hashes[offsets[index] : offsets[index + 1]])
+        merged = np.zeros(len(self.texts) + 1, np.int64)
+        np.cumsum(counts, out=merged[1:])
+        return merged, np.concatenate(parts) if parts else hashes
 
     @cached_property
     def words(self) -> SplitWords:
-        return SplitWords(self.texts, self.code_points)
+        words = SplitWords(self.texts, self.code_points)
+        return words.with_spans(self.texts, self.segmented) if self.segmented else words
 
     @property
     def word_offsets(self) -> np.ndarray:
@@ -169,10 +231,51 @@ class DocumentBatch:
 
     @cached_property
     def word_counts(self) -> np.ndarray:
-        if "words" in self.__dict__:  # already split
+        if "words" in self.__dict__ or self.segmented:  # already split, or split by a segmenter
             return np.diff(self.word_offsets)
         return count_words(*self.code_points)
 
     @cached_property
     def text_lengths(self) -> np.ndarray:
         return np.array([len(text) for text in self.texts], np.int64)
+
+
+@njit(cache=True)
+def _span_hashes_kernel(points, base, starts, ends, lower, flags):
+    """FNV-1a of each span's lower-cased word characters (as `folded_word_hashes` hashes a word); spans without
+    one (punctuation) are left out, as that split leaves them."""
+    out = np.empty(len(starts), np.uint64)
+    n = 0
+    for k in range(len(starts)):
+        h = FNV_OFFSET
+        word = False
+        for i in range(base + starts[k], base + ends[k]):
+            if flags[points[i]] & WORD_CHAR:
+                h = (h ^ np.uint64(lower[points[i]])) * FNV_PRIME
+                word = True
+        if word:
+            out[n] = h
+            n += 1
+    return out[:n]
+
+
+def _span_hashes(points, base: int, spans: list[tuple[int, int]]) -> np.ndarray:
+    given = np.array(spans, np.int64).reshape(-1, 2)
+    starts, ends = np.ascontiguousarray(given[:, 0]), np.ascontiguousarray(given[:, 1])
+    return _span_hashes_kernel(points, base, starts, ends, lower_case_table(), character_classes())
+
+
+UNMARKED_SCRIPTS = frozenset({"Latn", "Cyrl", "Grek", "Armn", "Geor", "Zyyy"})  # split as `WORD` says, exactly
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(segmenter, count: int) -> None:
+    """Say once per process that a script's documents were split at spaces because its segmenter is missing."""
+    if segmenter.script not in _WARNED:
+        _WARNED.add(segmenter.script)
+        print(
+            f"corpus: {count} {segmenter.language} ({segmenter.script}) documents were split into words at spaces "
+            f"and punctuation: {segmenter.requirement} is not installed; {EXTRA} to split them as FineWeb-2 did",
+            file=sys.stderr,
+        )

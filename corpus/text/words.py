@@ -14,6 +14,7 @@ its look-arounds see outside a chunk is whitespace or the end of the text.
 
 from __future__ import annotations
 
+import copy
 import re
 from functools import cache
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, find_or_add, span_key
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, find_or_add, span_key, table_bits
 
 WORD = re.compile(
     r"""
@@ -54,6 +55,18 @@ def character_classes() -> np.ndarray:
     for pattern, flag in ((r"\s+", SPACE), (r"\w+", WORD_CHAR), (r"[^\W_]+", ALNUM), (r"\d+", DIGIT)):
         for match in re.finditer(pattern, every):
             flags[valid[match.start() : match.end()]] |= flag
+    return flags
+
+
+@cache
+def character_classes_with_marks() -> np.ndarray:
+    """`character_classes` with combining marks (Unicode M: Devanagari's vowel signs, Arabic's vowel points) as
+    letters: words of the scripts that write vowels as marks stay whole, as spaCy and Indic NLP keep them."""
+    import unicodedata
+
+    flags = character_classes().copy()
+    marks = [c for c in range(0x300, 0x1E95F) if unicodedata.category(chr(c)).startswith("M")]
+    flags[marks] |= WORD_CHAR | ALNUM
     return flags
 
 
@@ -350,6 +363,26 @@ def _split_words(cp, text_offsets, flags, abbreviations):
 
 
 @njit(cache=True)
+def _span_ids(cp, starts, ends):
+    """(id per span, first start and length per id): equal spans of code points get equal ids, first seen first."""
+    ids = np.empty(len(starts), np.int32)
+    id_start = np.empty(len(starts), np.int64)
+    id_length = np.empty(len(starts), np.int64)
+    bits = table_bits(len(starts))
+    table = np.zeros((1 << bits, 3), np.uint64)
+    n_ids = 0
+    for k in range(len(starts)):
+        h1, h2 = span_key(cp, starts[k], ends[k])
+        word = np.int64(find_or_add(table, bits, h1, h2, np.uint64(n_ids + 1))) - 1
+        if word == n_ids:
+            id_start[n_ids] = starts[k]
+            id_length[n_ids] = ends[k] - starts[k]
+            n_ids += 1
+        ids[k] = word
+    return ids, id_start[:n_ids], id_length[:n_ids]
+
+
+@njit(cache=True)
 def _count_words(cp, text_offsets, flags, abbreviations):
     """Words per text as `_split_words` splits them, without giving them ids: ~3x cheaper, for rules that need
     only the counts (FineWeb's newlines per word, on the text C4 leaves)."""
@@ -410,14 +443,41 @@ class SplitWords:
     """The words of a batch of texts: CSR offsets per text, each word's span in the batch's code points and its
     id, and the distinct words as strings by id (first-seen order)."""
 
-    def __init__(self, texts: list[str], points: tuple[np.ndarray, np.ndarray] | None = None):
-        """`points`: `code_points(texts)`, where the caller has them already."""
+    def __init__(self, texts: list[str], points: tuple[np.ndarray, np.ndarray] | None = None, marks: bool = False):
+        """`points`: `code_points(texts)`, where the caller has them already; `marks`: combining marks are letters
+        (`character_classes_with_marks`)."""
         points_, self.text_offsets = points or code_points(texts)
+        flags = character_classes_with_marks() if marks else character_classes()
         self.offsets, self.starts, self.ends, self.ids, first, lengths = _split_words(
-            points_, self.text_offsets, character_classes(), _ABBREVIATION_CODES
+            points_, self.text_offsets, flags, _ABBREVIATION_CODES
         )
         joined = "".join(texts)
         self.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
+
+    def with_spans(self, texts: list[str], spans: dict[int, list[tuple[int, int]]]) -> SplitWords:
+        """These words with those of the texts in `spans` (index -> (start, end) per word, in the text's
+        characters) replaced by the given spans: a segmenter's words. Ids are given anew over the batch."""
+        pieces_start, pieces_end = [], []
+        for index in range(len(texts)):
+            if index in spans:
+                base = self.text_offsets[index]
+                given = np.array(spans[index], np.int64).reshape(-1, 2)
+                pieces_start.append(given[:, 0] + base)
+                pieces_end.append(given[:, 1] + base)
+            else:
+                words = slice(self.offsets[index], self.offsets[index + 1])
+                pieces_start.append(self.starts[words])
+                pieces_end.append(self.ends[words])
+        merged = copy.copy(self)
+        merged.offsets = np.zeros(len(texts) + 1, np.int64)
+        np.cumsum([len(piece) for piece in pieces_start], out=merged.offsets[1:])
+        merged.starts = np.concatenate(pieces_start) if pieces_start else self.starts
+        merged.ends = np.concatenate(pieces_end) if pieces_end else self.ends
+        points = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
+        merged.ids, first, lengths = _span_ids(points, merged.starts, merged.ends)
+        joined = "".join(texts)
+        merged.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
+        return merged
 
     def of_text(self, index: int) -> list[tuple[int, int]]:
         """(start, end) of each word of one text, in that text's characters."""

@@ -1,0 +1,86 @@
+"""`[select] per_language`: FineWeb-2's thresholds per language, merged into the job's thresholds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from corpus.config import JobError
+from corpus.rulebook import load_once
+from corpus.text.language_settings import load_language_settings, resolve_settings_path
+from corpus.text.segmenters import EXTRA, missing_segmenters
+
+
+def split_per_language(select: dict, rules: dict, path: Path) -> tuple[dict, dict, str]:
+    """(the `[select]` table without `per_language`, the `[rules.*]` tables with Gopher quality counting each
+    language's own stop words, the configs' resolved path or "" where the job sets none)."""
+    select = dict(select)
+    languages_path = per_language_path(select.pop("per_language", ""), path)
+    if languages_path:
+        rules = {**rules, "gopher_quality": {"stop_words_of": languages_path, **rules.get("gopher_quality", {})}}
+    return select, rules, languages_path
+
+
+def with_per_language(thresholds: list, languages_path: str, selected: list[str], path: Path) -> list:
+    """The thresholds with each configured language's own values, where `languages_path` is set."""
+    if not languages_path:
+        return thresholds
+    if "language" not in selected:
+        raise JobError(
+            f"{path}: key 'select.per_language': thresholds per language need the language rule; add 'language' "
+            "to annotate.rules and select.rules"
+        )
+    return per_language_thresholds(thresholds, load_once(load_language_settings, languages_path), selected)
+
+
+def per_language_path(given: Any, path: Path) -> str:
+    """The FineWeb-2 configs `[select] per_language` names (resolved), or "" without it; refuses a job that
+    would segment a language's words without its segmenter installed."""
+    if not given:
+        return ""
+    if not isinstance(given, str):
+        raise JobError(f"{path}: key 'select.per_language': expected \"fineweb2\" or a path, got {given!r}")
+    try:
+        resolved = resolve_settings_path(given, path.parent)
+        load_once(load_language_settings, resolved)
+    except ValueError as exc:
+        raise JobError(f"{path}: key 'select.per_language': {exc}") from None
+    missing = [s for s in missing_segmenters() if s.in_extra]
+    if missing:
+        names = ", ".join(f"{s.requirement} ({s.language})" for s in missing)
+        raise JobError(
+            f"{path}: key 'select.per_language': FineWeb-2 splits words with segmenters that are not installed: "
+            f"{names}; {EXTRA}"
+        )
+    return resolved
+
+
+def per_language_thresholds(thresholds: list, settings: dict, selected: list[str]) -> list:
+    """The job's thresholds with FineWeb-2's value for each language that has one (`Threshold.by_language`), plus
+    the bounds FineWeb-2 sets that the job does not (in force only for those languages), in rule and signal order."""
+    from dataclasses import replace
+
+    from corpus.rulebook import discover
+    from corpus.stages.select import Threshold
+
+    by_target: dict[tuple[str, str, str], list] = {}
+    for key, language in sorted(settings.items()):
+        for target, value in language.thresholds.items():
+            if target[0] in selected:
+                by_target.setdefault(target, []).append((key, value))
+    out = []
+    for threshold in thresholds:
+        values = by_target.pop((threshold.rule, threshold.signal, threshold.bound), None)
+        out.append(
+            replace(threshold, by_language=tuple(values)) if values and threshold.quantile is None else threshold
+        )
+    out += [
+        Threshold(rule, signal, bound, None, by_language=tuple(v)) for (rule, signal, bound), v in by_target.items()
+    ]
+    registry = discover()
+
+    def place(threshold) -> tuple:
+        signals = [signal.name for signal in registry[threshold.rule].signals]
+        return selected.index(threshold.rule), signals.index(threshold.signal), threshold.bound != "min"
+
+    return sorted(out, key=place)

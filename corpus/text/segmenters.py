@@ -1,0 +1,203 @@
+"""Word segmenters for scripts written without spaces, as FineWeb-2 split them.
+
+Every script that separates words by spaces (Latin, Cyrillic, Arabic, Devanagari, Greek …) is split by the Numba
+splitter of `corpus.text.words`. Chinese, Japanese, Korean, Thai, Khmer, Lao, Burmese and Tibetan need a
+dictionary or a model to find words; each gets the segmenter datatrove's word tokenizers call for it (FineWeb-2's),
+with its dictionary inside its wheel, installed by `pip install 'corpus[languages]'`:
+
+| script | segmenter | as datatrove calls it |
+|---|---|---|
+| Hani (Chinese) | jieba | spaCy's `zh` tokenizer with `segmenter = "jieba"`: `jieba.cut`, HMM on |
+| Jpan (Japanese) | SudachiPy, sudachidict-core | spaCy's `ja` tokenizer: split mode A |
+| Hang (Korean) | kiwipiepy | `Kiwi().tokenize` (datatrove asks for the `sbg` model: gone since kiwipiepy 0.22) |
+| Thai | pythainlp | `word_tokenize(engine="newmm-safe")` |
+| Khmr (Khmer) | khmer-nltk | `word_tokenize` |
+| Laoo (Lao) | laonlp | `word_tokenize` |
+| Mymr (Burmese) | pyidaungsu-numpy2 | `tokenize(form="word")` |
+| Tibt (Tibetan) | botok | `WordTokenizer().tokenize(split_affixes=False)` (downloads its dialect pack on first use) |
+
+Words are spans of the text with surrounding white space stripped, white-space-only tokens dropped (datatrove's
+`strip_strings`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+from dataclasses import dataclass
+from functools import cache
+
+EXTRA = "pip install 'corpus[languages]'"
+SUDACHI_MAX_BYTES = 40_000  # SudachiPy refuses inputs over 49,149 bytes; datatrove cuts Japanese at 40,000
+
+
+@dataclass(frozen=True)
+class Segmenter:
+    """A word segmenter for one script: the package it needs and how it finds the words of a text."""
+
+    script: str
+    language: str  # what the README and messages call the script's languages
+    module: str  # the import name that must be present
+    requirement: str  # what pip installs
+    in_extra: bool = True  # installed by `corpus[languages]`
+    def available(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) of each word of `text`, in order."""
+        return _stripped(text, _SPLITTERS[self.script](text))
+
+
+SEGMENTERS = {
+    segmenter.script: segmenter
+    for segmenter in (
+        Segmenter("Hani", "Chinese", "jieba", "jieba"),
+        Segmenter("Jpan", "Japanese", "sudachipy", "sudachipy, sudachidict-core"),
+        Segmenter("Hang", "Korean", "kiwipiepy", "kiwipiepy"),
+        Segmenter("Thai", "Thai", "pythainlp", "pythainlp"),
+        Segmenter("Khmr", "Khmer", "khmernltk", "khmer-nltk"),
+        Segmenter("Laoo", "Lao", "laonlp", "laonlp"),
+        Segmenter("Mymr", "Burmese", "pyidaungsu", "pyidaungsu-numpy2"),
+        Segmenter("Tibt", "Tibetan", "botok", "botok", in_extra=False),  # it downloads its dialect pack
+    )
+}
+
+
+def segmenter_for(language_key: str | None) -> Segmenter | None:
+    """The segmenter for a language key's script (`cmn_Hani` -> jieba); None: the Numba splitter's script."""
+    if not language_key or "_" not in language_key:
+        return None
+    return SEGMENTERS.get(language_key.rsplit("_", 1)[1])
+
+
+def missing_segmenters() -> list[Segmenter]:
+    """Segmenters whose package is not installed."""
+    return [segmenter for segmenter in SEGMENTERS.values() if not segmenter.available()]
+
+
+def _stripped(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out = []
+    for start, end in spans:
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end > start:
+            out.append((start, end))
+    return out
+
+
+def _located(text: str, tokens: list[str]) -> list[tuple[int, int]]:
+    """Spans of tokens a segmenter returns as strings, found in order (a token it rewrote is skipped)."""
+    spans, cursor = [], 0
+    for token in tokens:
+        start = text.find(token, cursor) if token.strip() else -1
+        if start >= 0:
+            cursor = start + len(token)
+            spans.append((start, cursor))
+    return spans
+
+
+def _jieba(text: str) -> list[tuple[int, int]]:
+    return [(start, end) for _, start, end in _jieba_tokenizer().tokenize(text)]
+
+
+@cache
+def _jieba_tokenizer():
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # its dictionary-loading lines are library noise
+    jieba.initialize()
+    return jieba.dt
+
+
+def _sudachi(text: str) -> list[tuple[int, int]]:
+    spans = []
+    for base, chunk in _chunks_of_bytes(text, SUDACHI_MAX_BYTES):
+        spans += [(base + m.begin(), base + m.end()) for m in _sudachi_tokenizer().tokenize(chunk)]
+    return spans
+
+
+@cache
+def _sudachi_tokenizer():
+    from sudachipy import Dictionary, SplitMode
+
+    return Dictionary().create(mode=SplitMode.A)
+
+
+def _chunks_of_bytes(text: str, limit: int):
+    """(offset, piece) of `text` cut into pieces of at most `limit` UTF-8 bytes, at line ends where one is near."""
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + limit // 4)  # 4 bytes per character at most
+        while end < len(text) and len(text[start:end].encode()) < limit - 4:
+            end = min(len(text), end + max(1, (limit - len(text[start:end].encode())) // 4))
+        if end < len(text):
+            line_end = text.rfind("\n", start, end)
+            end = line_end + 1 if line_end > start else end
+        yield start, text[start:end]
+        start = end
+
+
+_LONG_NUMBER = re.compile("[0-9,]{20,}")  # Kiwi stalls on them; datatrove removes them first
+
+
+def _kiwi(text: str) -> list[tuple[int, int]]:
+    blanked = _LONG_NUMBER.sub(lambda m: " " * len(m.group()), text)
+    return [(token.start, token.end) for token in _kiwi_tokenizer().tokenize(blanked)]
+
+
+@cache
+def _kiwi_tokenizer():
+    from kiwipiepy import Kiwi
+
+    return Kiwi()
+
+
+def _thai(text: str) -> list[tuple[int, int]]:
+    from pythainlp.tokenize import word_tokenize
+
+    return _located(text, word_tokenize(text, keep_whitespace=False, engine="newmm-safe"))
+
+
+def _khmer(text: str) -> list[tuple[int, int]]:
+    logging.getLogger("khmer-nltk").setLevel(logging.WARNING)  # it logs where it loaded its model from
+    from khmernltk import word_tokenize
+
+    return _located(text, word_tokenize(text, return_tokens=True))
+
+
+def _lao(text: str) -> list[tuple[int, int]]:
+    from laonlp.tokenize import word_tokenize
+
+    return _located(text, word_tokenize(text))
+
+
+def _burmese(text: str) -> list[tuple[int, int]]:
+    import pyidaungsu
+
+    return _located(text, pyidaungsu.tokenize(text, form="word"))
+
+
+def _tibetan(text: str) -> list[tuple[int, int]]:
+    return _located(text, [token.text for token in _botok_tokenizer().tokenize(text, split_affixes=False)])
+
+
+@cache
+def _botok_tokenizer():
+    from botok import WordTokenizer
+
+    return WordTokenizer()
+
+
+_SPLITTERS = {
+    "Hani": _jieba,
+    "Jpan": _sudachi,
+    "Hang": _kiwi,
+    "Thai": _thai,
+    "Khmr": _khmer,
+    "Laoo": _lao,
+    "Mymr": _burmese,
+    "Tibt": _tibetan,
+}
