@@ -21,7 +21,7 @@ from numba import njit
 from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
 from corpus.text.languages import language_key
 from corpus.text.scripts import dominant_scripts
-from corpus.text.segmenters import EXTRA, segmenter_for
+from corpus.text.segmenters import EXTRA, SEGMENTERS
 from corpus.text.words import (
     WORD_CHAR,
     SplitWords,
@@ -157,20 +157,22 @@ class DocumentBatch:
 
     @cached_property
     def segmented(self) -> dict[int, list[tuple[int, int]]]:
-        """The word spans of documents not split by the default splitter, by document index: those a segmenter
-        splits (Chinese, Thai …), and those in a script that writes vowels as combining marks (Devanagari, Arabic
-        …), split with the marks kept in their words."""
-        if not any(lang for lang in self.langs):
+        """The word spans of documents not split by the default splitter, by document index: those in a script a
+        segmenter splits (Chinese, Thai …), and those in a script that writes vowels as combining marks
+        (Devanagari, Arabic …), split with the marks kept in their words. The script is the language key's (a
+        GlotLID label's), else the text's own: a text without a label is still split by its script."""
+        if all(script in UNMARKED_SCRIPTS for script in self.scripts):
             return {}
         spans, missing, marked = {}, {}, []
         for index, key in enumerate(self.language_keys):
-            segmenter = segmenter_for(key)
+            script = key.rsplit("_", 1)[-1] if key else self.scripts[index]
+            segmenter = SEGMENTERS.get(script)
             if segmenter is not None and segmenter.available():
                 spans[index] = segmenter.spans(self.texts[index])
                 continue
             if segmenter is not None:
                 missing[segmenter] = missing.get(segmenter, 0) + 1
-            if self.scripts[index] not in UNMARKED_SCRIPTS:
+            if script not in UNMARKED_SCRIPTS:
                 marked.append(index)
         for segmenter, count in missing.items():
             _warn_once(segmenter, count)

@@ -64,13 +64,6 @@ SEGMENTERS = {
 }
 
 
-def segmenter_for(language_key: str | None) -> Segmenter | None:
-    """The segmenter for a language key's script (`cmn_Hani` -> jieba); None: the Numba splitter's script."""
-    if not language_key or "_" not in language_key:
-        return None
-    return SEGMENTERS.get(language_key.rsplit("_", 1)[1])
-
-
 def missing_segmenters() -> list[Segmenter]:
     """Segmenters whose package is not installed."""
     return [segmenter for segmenter in SEGMENTERS.values() if not segmenter.available()]
@@ -123,7 +116,7 @@ def _sudachi(text: str) -> list[tuple[int, int]]:
 def _sudachi_tokenizer():
     from sudachipy import Dictionary, SplitMode
 
-    return Dictionary().create(mode=SplitMode.A)
+    return Dictionary().tokenizer(mode=SplitMode.A)
 
 
 def _chunks_of_bytes(text: str, limit: int):

@@ -1,0 +1,141 @@
+"""FineWeb-2's per-language filtering: our decisions against datatrove's own filters, language by language.
+
+Documents per language: windows of 1 to 21 lines of the Universal Declaration of Human Rights in that language
+(NLTK's udhr2, real text in every script), every fifth with its first lines repeated, so that each family keeps
+some and drops others; plus the shared WARCs' pages lid.176 reads as that language. datatrove runs each family as
+FineWeb-2's pipeline configured it (`fineweb-2-pipeline.py`: the language's YAML settings, `language=<key>`, its
+word tokenizer); ours is one `apply_rules` call with `per_language`.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import zipfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import shared, unavailable, write_job
+
+LANGUAGES = {  # language key -> its UDHR file
+    "cmn_Hani": "cmn_hans",
+    "jpn_Jpan": "jpn",
+    "tha_Thai": "tha",
+    "kor_Hang": "kor",
+    "rus_Cyrl": "rus",
+    "arb_Arab": "arb",
+    "hin_Deva": "hin",
+    "deu_Latn": "deu",
+    "khm_Khmr": "khm",
+    "lao_Laoo": "lao",
+}
+FAMILIES = ("gopher_repetition", "fineweb", "gopher_quality")
+CONFIGS = "lists-fineweb2/fineweb2-configs.tar.xz"
+
+
+def udhr_documents(name: str) -> list[str]:
+    """Windows of 1 to 21 non-empty lines of a UDHR translation; every fifth also repeats its first two lines."""
+    text = zipfile.ZipFile(shared("text-nltk/udhr2.zip")).read(f"udhr2/{name}.txt").decode("utf-8")
+    lines = [line for line in text.splitlines() if line.strip()]
+    documents = []
+    for size in (1, 2, 3, 5, 8, 13, 21):
+        for start in range(0, len(lines), size // 2 + 1):
+            window = lines[start : start + size]
+            documents.append("\n".join(window))
+            if len(documents) % 5 == 0:
+                documents.append("\n".join(window + window[:2]))
+    return documents
+
+
+@pytest.fixture(scope="module")
+def warc_pages(tmp_path_factory) -> dict[str, list[str]]:
+    """The shared WARCs' pages by language key (lid.176 and the text's script), as a run extracts them."""
+    from corpus.config.job import load_job
+    from corpus.engine import run_job
+
+    folder = tmp_path_factory.mktemp("pages")
+    warcs = [str(p) for p in sorted(shared(".").glob("warc-*/*.warc.gz"))]
+    extra = (
+        '[extract]\nextractor = "resiliparse"\n[annotate]\nrules = ["language"]\n[rules.language]\nlanguages = ["*"]\n'
+    )
+    run_job(load_job(write_job(folder, warcs, folder / "out", extra=extra)), use_ray=False)
+    table = pa.concat_tables(pq.read_table(p) for p in sorted((folder / "out" / "documents").glob("*.parquet")))
+    pages: dict[str, list[str]] = {}
+    for text, key in zip(table.column("text").to_pylist(), table.column("language.key").to_pylist(), strict=True):
+        pages.setdefault(key, []).append(text)
+    return pages
+
+
+def datatrove_filters(key: str, config: dict) -> dict:
+    """datatrove's three filters as FineWeb-2's pipeline set them for one language."""
+    try:
+        from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+        from datatrove.utils.word_tokenizers import KiwiTokenizer
+    except ImportError:
+        unavailable("datatrove is not installed (pip install -e '.[parity]')")
+    # datatrove asks kiwipiepy for its `sbg` model, which kiwipiepy_model stopped shipping in 0.22: the same
+    # tokenizer class on the model the wheel ships (what ours uses too).
+    language = KiwiTokenizer(model_type="cong") if key == "kor_Hang" else key
+    return {
+        "gopher_repetition": GopherRepetitionFilter(
+            language=language,
+            dup_para_frac=0,
+            dup_line_char_frac=0,
+            dup_para_char_frac=0,
+            dup_line_frac=config["dup_line_frac"],
+            top_n_grams=config["top_n_grams"],
+            dup_n_grams=config["dup_n_grams"],
+        ),
+        "fineweb": FineWebQualityFilter(
+            language=language,
+            short_line_thr=999,
+            char_duplicates_ratio=0.1,
+            line_punct_thr=config["line_punct_thr"],
+            new_line_ratio=config["new_line_ratio"],
+        ),
+        "gopher_quality": GopherQualityFilter(
+            language=language,
+            max_avg_word_length=config["max_avg_word_length"],
+            min_avg_word_length=config["min_avg_word_length"],
+            stop_words=config["stopwords"],
+            max_non_alpha_words_ratio=config["max_non_alpha_words_ratio"],
+            min_stop_words=2,
+        ),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", list(LANGUAGES))
+def test_per_language_decisions_agree_with_datatrove(key, warc_pages):
+    import yaml
+    from datatrove.data import Document
+
+    from corpus.api import apply_rules
+    from corpus.text.segmenters import SEGMENTERS
+
+    segmenter = SEGMENTERS.get(key.rsplit("_", 1)[1])
+    if segmenter is not None and not segmenter.available():
+        unavailable(f"{segmenter.requirement} is not installed (pip install -e '.[languages]')")
+    configs = shared(CONFIGS)
+    with tarfile.open(configs) as archive:
+        config = yaml.safe_load(archive.extractfile(f"configs/{key}.yml"))
+    texts = udhr_documents(LANGUAGES[key]) + warc_pages.get(key, [])
+    ours = apply_rules(
+        pa.table({"text": texts, "lang": [key] * len(texts), "lang_score": [1.0] * len(texts)}),
+        rules=["language", *FAMILIES],
+        settings={"language": {"languages": ["*"]}},
+        thresholds={"per_language": str(configs)},
+    )
+    failures = ours.column("failures").to_pylist()
+    results = {}
+    for family, step in datatrove_filters(key, config).items():
+        theirs = np.array([step.filter(Document(text=t, id=str(i))) is True for i, t in enumerate(texts)])
+        mine = np.array([not any(f.startswith(f"{family}.") for f in failed) for failed in failures])
+        disagree = np.flatnonzero(mine != theirs)
+        results[family] = 1 - len(disagree) / len(texts)
+        print(
+            f"{key} {family}: {results[family]:.4f} of {len(texts)}; ours keeps {mine.sum()}, datatrove {theirs.sum()}"
+        )
+        assert 0 < theirs.sum() < len(texts), f"{family} keeps all or none of the {key} documents: a weak comparison"
+    assert all(agreement >= 0.99 for agreement in results.values()), results
