@@ -1,0 +1,225 @@
+"""Every language: scripts, FineWeb-2 language keys, word segmenters, per-language thresholds and stop words."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import shared, unavailable, write_job
+
+from corpus.text.batch import DocumentBatch
+from corpus.text.languages import LID176_CODES, language_key
+from corpus.text.scripts import dominant_scripts
+from corpus.text.segmenters import SEGMENTERS
+from corpus.text.words import code_points
+
+CONFIGS = "lists-fineweb2/fineweb2-configs.tar.xz"
+
+
+def needs(script: str) -> None:
+    segmenter = SEGMENTERS[script]
+    if not segmenter.available():
+        unavailable(f"{segmenter.requirement} is not installed (pip install -e '.[languages]')")
+
+
+def words_of(text: str, lang: str | None = None) -> list[str]:
+    docs = DocumentBatch([text], langs=[lang])
+    return [text[start:end] for start, end in docs.words.of_text(0)]
+
+
+def test_dominant_script_of_each_text():
+    texts = ["Hello, world", "Привет, мир", "東京都は日本です", "漢字と", "漢字", "서울 漢字", "สวัสดี", "123 !! ⁂", ""]
+    assert dominant_scripts(*code_points(texts)) == [
+        "Latn", "Cyrl", "Jpan", "Jpan", "Hani", "Hang", "Thai", "Zyyy", "Zyyy",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("label", "script", "key"),
+    [
+        ("zh", "Hani", "cmn_Hani"),
+        ("sr", "Latn", "srp_Latn"),
+        ("sr", "Cyrl", "srp_Cyrl"),
+        ("ja", "Hani", "jpn_Jpan"),  # kanji-only Japanese is still Japanese
+        ("als", "Latn", "gsw_Latn"),  # lid.176's Alemannic, not ISO 639-3's Tosk Albanian
+        ("sq", "Latn", "als_Latn"),
+        ("srp_Latn", "Cyrl", "srp_Latn"),  # a GlotLID label says its script itself
+        (None, "Latn", None),
+    ],
+)
+def test_language_key_of_a_label_and_script(label, script, key):
+    assert language_key(label, script) == key
+
+
+def test_every_lid176_label_has_a_fineweb2_config_but_english_and_serbo_croatian():
+    import tarfile
+
+    with tarfile.open(shared(CONFIGS)) as archive:
+        configured = {name.split("/")[-1].split("_")[0] for name in archive.getnames() if name.endswith(".yml")}
+    assert len(LID176_CODES) == 176
+    assert sorted(label for label, code in LID176_CODES.items() if code not in configured) == ["en", "sh"]
+
+
+def test_chinese_japanese_thai_words_come_from_their_segmenters():
+    for script in ("Hani", "Jpan", "Thai"):
+        needs(script)
+    assert words_of("我们的数据来自网络。", "zh") == ["我们", "的", "数据", "来自", "网络", "。"]
+    assert words_of("東京都は日本の首都です。", "ja") == ["東京", "都", "は", "日本", "の", "首都", "です", "。"]
+    assert words_of("ภาษาไทยเป็นภาษาที่สวยงาม", "th") == ["ภาษาไทย", "เป็น", "ภาษา", "ที่", "สวยงาม"]
+    assert words_of("我们的数据") == ["我们", "的", "数据"]  # unlabelled: split by its script
+
+
+def test_marks_stay_in_their_words_and_english_splits_as_before():
+    assert words_of("भारत की राजधानी नई दिल्ली है।", "hi") == ["भारत", "की", "राजधानी", "नई", "दिल्ली", "है", "।"]
+    assert words_of("Don't stop, it's 12:44.", "en") == ["Do", "n't", "stop", ",", "it", "'s", "12:44", "."]
+
+
+def test_chinese_shingles_are_words_and_near_duplicates_are_found():
+    needs("Hani")
+    from corpus.stages.dedup import jaccard, shingle_hashes
+
+    base = "今天天气很好，我们去公园散步吧。我们的数据来自网络，经过清洗以后用于训练语言模型。"
+    edited = base.replace("公园", "学校")
+    other = "东京是日本的首都，也是世界上人口最多的城市之一，有很多博物馆。"
+    docs = DocumentBatch([base, edited, other], langs=["zh"] * 3)
+    offsets, _ = shingle_hashes(docs, 5)
+    words = sum(1 for start, end in docs.words.of_text(0) if base[start:end] not in "，。")
+    assert np.diff(offsets)[0] == words - 4  # one shingle per 5 words, not one per run of characters
+    similarity = jaccard(
+        DocumentBatch([base, base], langs=["zh"] * 2), DocumentBatch([edited, other], langs=["zh"] * 2), 5
+    )
+    assert similarity[0] > 0.5 and similarity[1] == 0.0
+
+
+def test_thai_near_duplicates_are_found():
+    needs("Thai")
+    from corpus.stages.dedup import jaccard
+
+    base = "ภาษาไทยเป็นภาษาที่สวยงาม วันนี้อากาศดีมาก พวกเราไปเดินเล่นที่สวนสาธารณะกับครอบครัวและเพื่อน"
+    edited = base.replace("สวนสาธารณะ", "ชายหาด")
+    other = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย มีประชากรมากและมีวัดที่สวยงามหลายแห่ง"
+    similarity = jaccard(
+        DocumentBatch([base, base], langs=["th"] * 2), DocumentBatch([edited, other], langs=["th"] * 2), 5
+    )
+    assert similarity[0] > 0.4 and similarity[1] < 0.1
+
+
+def test_a_missing_segmenter_is_said_once_and_its_documents_split_at_spaces(monkeypatch, capsys):
+    from corpus.text import batch
+
+    monkeypatch.setattr(type(SEGMENTERS["Hani"]), "available", lambda self: self.script != "Hani")
+    monkeypatch.setattr(batch, "_WARNED", set())
+    assert words_of("我们的数据 来自网络", "zh") == ["我们的数据", "来自网络"]
+    words_of("再来一次", "zh")
+    said = capsys.readouterr().err
+    assert said.count("Chinese (Hani) documents were split into words at spaces") == 1
+    assert "pip install 'corpus[languages]'" in said
+
+
+def test_per_language_stop_words_are_the_languages_own():
+    needs("Hani")
+    from corpus.rules.gopher_quality import GopherQuality
+
+    text = "我们的数据是来自网络的。"  # 的 and 是 are on FineWeb-2's Mandarin list, none on Gopher's
+    docs = DocumentBatch([text, "the cat and the dog"], langs=["zh", "en"])
+    per_language = GopherQuality(GopherQuality.Options(stop_words_of=str(shared(CONFIGS)))).compute(docs)
+    gopher = GopherQuality().compute(docs)
+    assert per_language["stop_words"].tolist() == [2, 2] and gopher["stop_words"].tolist() == [0, 2]
+
+
+def test_thresholds_by_language_take_each_languages_value():
+    from corpus.stages.select import Threshold, select_documents
+
+    signals = pa.table(
+        {
+            "id": ["en", "zh", "de", "en-high"],
+            "language.key": ["eng_Latn", "cmn_Hani", "deu_Latn", "eng_Latn"],
+            "r.x": pa.array([0.2, 0.2, 0.9, 0.5], pa.float32()),
+        }
+    )
+    threshold = Threshold("r", "x", "max", 0.3, by_language=(("cmn_Hani", 0.1), ("deu_Latn", None)))
+    selected, failing = select_documents(signals, [threshold])
+    assert selected.table.column("kept").to_pylist() == [True, False, True, False]
+    assert failing == {"r.x.max": 2}
+    only_for_languages = Threshold("r", "x", "max", None, by_language=(("cmn_Hani", 0.1),))
+    assert select_documents(signals, [only_for_languages])[0].table.column("kept").to_pylist() == [
+        True, False, True, True,
+    ]  # fmt: skip
+
+
+def job_text(select: str) -> str:
+    return (
+        '[annotate]\nrules = ["language", "gopher_repetition", "gopher_quality", "fineweb"]\n'
+        f'[rules.language]\nlanguages = ["*"]\n[select]\n{select}\n'
+    )
+
+
+def test_a_per_language_job_takes_fineweb2s_thresholds(tmp_path):
+    from corpus.config.job import load_job
+
+    configs = shared(CONFIGS)
+    job = load_job(
+        write_job(tmp_path, [], tmp_path / "out", job_text(f'per_language = "{configs}"')), with_inputs=False
+    )
+    by_reason = {t.reason: t for t in job.thresholds}
+    mandarin = dict(by_reason["language.score.min"].by_language)
+    assert mandarin["cmn_Hani"] == pytest.approx(0.692) and by_reason["language.score.min"].value == 0.65
+    assert dict(by_reason["gopher_repetition.dup_para_frac.max"].by_language)["cmn_Hani"] is None  # off, as FineWeb-2
+    assert dict(by_reason["fineweb.char_dup_ratio.max"].by_language)["deu_Latn"] == 0.1
+    assert dict(by_reason["gopher_quality.alpha_words_frac.min"].by_language)["cmn_Hani"] == pytest.approx(0.735)
+    assert dict(job.rule_settings)["gopher_quality"]["stop_words_of"] == str(configs)
+
+
+@pytest.mark.parametrize(
+    ("select", "annotate", "said"),
+    [
+        ('per_language = "fineweb2"', None, "set CORPUS_FINEWEB2_CONFIGS to it"),
+        ('per_language = "nowhere"', None, "nowhere does not exist"),
+        ("per_language = 3", None, 'expected "fineweb2" or a path, got 3'),
+        ("per_language = CONFIGS", '["gopher_quality"]', "thresholds per language need the language rule"),
+    ],
+)
+def test_per_language_mistakes_are_refused_with_the_fix(tmp_path, monkeypatch, select, annotate, said):
+    from corpus.config.job import JobError, load_job
+
+    monkeypatch.delenv("CORPUS_FINEWEB2_CONFIGS", raising=False)
+    text = job_text(select.replace("CONFIGS", f'"{shared(CONFIGS)}"'))
+    if annotate:
+        text = text.replace('["language", "gopher_repetition", "gopher_quality", "fineweb"]', annotate)
+    with pytest.raises(JobError, match="key 'select.per_language'") as refused:
+        load_job(write_job(tmp_path, [], tmp_path / "out", text), with_inputs=False)
+    assert said in str(refused.value)
+
+
+def test_fineweb2_names_the_configs_in_the_environment_and_needs_the_segmenters(tmp_path, monkeypatch):
+    from corpus.config import per_language
+    from corpus.config.job import JobError, load_job
+
+    monkeypatch.setenv("CORPUS_FINEWEB2_CONFIGS", str(shared(CONFIGS)))
+    path = write_job(tmp_path, [], tmp_path / "out", job_text('per_language = "fineweb2"'))
+    monkeypatch.setattr(per_language, "missing_segmenters", lambda: [SEGMENTERS["Thai"]])
+    with pytest.raises(JobError, match=r"not installed: pythainlp \(Thai\); pip install 'corpus\[languages\]'"):
+        load_job(path, with_inputs=False)
+    monkeypatch.setattr(per_language, "missing_segmenters", lambda: [])
+    assert any(t.by_language for t in load_job(path, with_inputs=False).thresholds)
+
+
+def test_a_glotlid_format_model_labels_documents_with_their_keys(tmp_path):
+    """A fastText model whose labels are FineWeb-2 keys (GlotLID's format) is read by the same loader, and its
+    labels are the documents' keys whatever their script."""
+    fasttext = pytest.importorskip("fasttext")
+    from corpus.stages.extract import LanguageIdentifier
+
+    lines = []
+    for i in range(60):
+        lines.append(f"__label__srp_Latn ovo je recenica broj {i} na srpskom jeziku latinicom")
+        lines.append(f"__label__srp_Cyrl ово је реченица број {i} на српском језику ћирилицом")
+        lines.append(f"__label__cmn_Hani 这是第{i}个中文句子我们的数据来自网络")
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    model = fasttext.train_supervised(str(tmp_path / "train.txt"), dim=8, epoch=20, minn=1, maxn=3, thread=1, seed=1)
+    model.save_model(str(tmp_path / "glotlid.bin"))
+    identify = LanguageIdentifier(str(tmp_path / "glotlid.bin"))
+    texts = ["ово је реченица на српском", "ovo je recenica na srpskom", "这是中文句子"]
+    labels = [identify(text)[0] for text in texts]
+    assert labels == ["srp_Cyrl", "srp_Latn", "cmn_Hani"]
+    assert DocumentBatch(texts, langs=labels).language_keys == labels
