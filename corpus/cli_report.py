@@ -67,6 +67,14 @@ def report_command(args: argparse.Namespace) -> int:
     for row in data["funnel"]:
         funnel.add_row(row["step"], f"{row['documents']:,}", *("" if row[u] is None else f"{row[u]:,}" for u in units))
     console.print(funnel)
+    if data["languages"]:
+        languages = Table(title="languages: documents kept, and whose thresholds")
+        for column in ("language", "documents", "kept", "kept words", "thresholds"):
+            languages.add_column(column, justify="left" if column in ("language", "thresholds") else "right")
+        for row in data["languages"]:
+            counts = (f"{row[name]:,}" for name in ("documents", "kept", "kept_words"))
+            languages.add_row(row["language"], *counts, row["thresholds"])
+        console.print(languages)
     rules = Table(title="rules: documents (words) dropped")
     early = bool(data["before_extraction"])  # those rules' drops are pages never extracted: no words
     for column in ("rule", *(["before extraction"] if early else []), "alone", "exclusively", "first"):

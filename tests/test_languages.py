@@ -223,3 +223,37 @@ def test_a_glotlid_format_model_labels_documents_with_their_keys(tmp_path):
     labels = [identify(text)[0] for text in texts]
     assert labels == ["srp_Cyrl", "srp_Latn", "cmn_Hani"]
     assert DocumentBatch(texts, langs=labels).language_keys == labels
+
+
+@pytest.mark.slow
+def test_a_run_reports_its_funnel_per_language(tmp_path):
+    """A JSONL dataset of Mandarin, Thai and English texts under `per_language`: stats and the report count each
+    language, and say that English (no FineWeb-2 config) fell back to the job's thresholds."""
+    import json
+    import zipfile
+
+    from corpus.config.job import load_job
+    from corpus.engine import run_job
+    from corpus.report.run_report import load_run, report_data
+
+    needs("Hani")
+    needs("Thai")
+    udhr = zipfile.ZipFile(shared("text-nltk/udhr2.zip"))
+    rows = []
+    for name in ("cmn_hans", "tha", "eng"):
+        lines = [line for line in udhr.read(f"udhr2/{name}.txt").decode("utf-8").splitlines() if line.strip()]
+        rows += [{"text": "\n".join(lines[start : start + 8])} for start in range(0, 48, 8)]
+    (tmp_path / "texts.jsonl").write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    text = job_text(f'per_language = "{shared(CONFIGS)}"')
+    job = load_job(write_job(tmp_path, [str(tmp_path / "texts.jsonl")], tmp_path / "out", text))
+    stats = run_job(job, use_ray=False)
+    languages = stats["languages"]
+    assert {key: row["documents"] for key, row in languages.items()} == {"cmn_Hani": 6, "eng_Latn": 6, "tha_Thai": 6}
+    assert [languages[key]["thresholds"] for key in ("cmn_Hani", "tha_Thai", "eng_Latn")] == [
+        "per_language", "per_language", "job",
+    ]  # fmt: skip
+    assert any(w.startswith("6 documents are in languages without per-language settings") for w in stats["warnings"])
+    reported = {row["language"]: row for row in report_data(load_run(tmp_path / "out"))["languages"]}
+    for key, row in languages.items():
+        assert (reported[key]["documents"], reported[key]["kept"]) == (row["documents"], row["kept_by_rules"])
+        assert sum(reported[key]["dropped_by"].values()) == row["documents"] - row["kept_by_rules"]

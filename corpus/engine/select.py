@@ -100,7 +100,7 @@ def select_shard(job: Job, task: Task, context: Context) -> dict:
     """Apply the thresholds (quantiles already resolved in the options) to a shard's stored signals; write
     `selection/<id>.parquet`. Returns the select stage's counts and, per threshold, the documents failing it."""
     thresholds = job.thresholds
-    columns = [t.column for t in thresholds] + ([LANGUAGE_KEY] if any(t.by_language for t in thresholds) else [])
+    columns = [t.column for t in thresholds] + ([LANGUAGE_KEY] if keyed_by_language(job) else [])
     signals = stored_signals(job, task.shard.id, list(dict.fromkeys(columns)))
     excluded = None
     if job.exclude:
@@ -112,6 +112,11 @@ def select_shard(job: Job, task: Task, context: Context) -> dict:
         writer.write(selected.table)
     languages = language_funnel(signals, selected.table.column("kept"))
     return {"id": task.shard.id, "select": selected.counts.to_dict(), "failing": failing, "languages": languages}
+
+
+def keyed_by_language(job: Job) -> bool:
+    """Whether the job's documents carry their language key (the language rule computes it)."""
+    return any(name == "language" for name, _ in job.rule_settings)
 
 
 def rule_kept_rows(job: Job, shard_id: str) -> np.ndarray:

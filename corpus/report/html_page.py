@@ -67,6 +67,7 @@ IMAGE_CHECK = """window.addEventListener("load", function () {
 
 SECTIONS = (
     ("funnel", "Funnel"),
+    ("languages", "Languages"),
     ("rules", "Rules: what each drops"),
     ("overlap", "Overlap between rules"),
     ("dedup", "Dedup"),
@@ -77,10 +78,31 @@ SECTIONS = (
 )
 
 
-def _contents(with_dedup: bool) -> str:
+def _contents(with_dedup: bool, with_languages: bool) -> str:
     """The page's sections as links: a report of a large run is tens of thousands of pixels long."""
-    links = [f"<a href='#{key}'>{html.escape(name)}</a>" for key, name in SECTIONS if key != "dedup" or with_dedup]
+    shown = {"dedup": with_dedup, "languages": with_languages}
+    links = [f"<a href='#{key}'>{html.escape(name)}</a>" for key, name in SECTIONS if shown.get(key, True)]
     return f"<nav class=contents>{' · '.join(links)}</nav>"
+
+
+def _languages_html(languages: list[dict]) -> str:
+    """The funnel per language: what each rule dropped first, what is kept, and whose thresholds applied."""
+    if not languages:
+        return ""
+    rows = [
+        [
+            row["language"],
+            row["documents"],
+            ", ".join(f"{rule} {n}" for rule, n in row["dropped_by"].items()) or "–",
+            row["kept"],
+            row["kept_words"],
+            "its own (per_language)" if row["thresholds"] == "per_language" else "the job's",
+        ]
+        for row in languages
+    ]
+    note = "<p>Keys as FineWeb-2 writes them (ISO 639-3 and script), from language ID and the text's script.</p>"
+    headers = ["language", "documents", "dropped first by", "kept", "kept words", "thresholds"]
+    return "<h2 id=languages>Languages</h2>" + note + _table(headers, rows)
 
 
 def render_html(data: dict, figures: dict[str, str]) -> str:
@@ -94,13 +116,14 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
-        _contents(bool(data["dedup"])),
+        _contents(bool(data["dedup"]), bool(data["languages"])),
         "<h2 id=funnel>Funnel</h2>",
         _table(
             ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
             [[row["step"], row["documents"], *(_blank(row[unit]) for unit in units)] for row in data["funnel"]],
         ),
         f"<p>{html.escape(TOKENS_NOTE)}.</p>" if with_tokens else "",
+        _languages_html(data["languages"]),
         "<h2 id=rules>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail;"
         " exclusively: failing no other rule; first: dropped by it first, in the job's order"
         + (

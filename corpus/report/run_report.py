@@ -14,6 +14,7 @@ documents dropped; `corpus.report.html_page` renders it as one page.
 from __future__ import annotations
 
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from corpus.config.job import Job, JobError, resolve_rules
 from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
 from corpus.stages.extract import PREPASS_DROP, PREPASS_SCHEMA
-from corpus.stages.select import EXCLUDED, select_documents
+from corpus.stages.select import EXCLUDED, LANGUAGE_KEY, select_documents
 from corpus.stages.tokenize import TextTokenizer
 
 EXCERPT_CHARS = 240
@@ -60,7 +61,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         prepassed_path,
         selection_path,
     )
-    from corpus.engine.select import resolve_quantiles, stored_signals
+    from corpus.engine.select import keyed_by_language, resolve_quantiles, stored_signals
     from corpus.stages.prefilter import prefiltered_schema
 
     run = RunFolder(str(run_dir))
@@ -82,7 +83,8 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         job = job.model_copy(update={"thresholds": thresholds})
     shard_ids = [shard.id for shard in make_plan(job).shards]  # the run's stored plan: no input is read
     thresholds = resolve_quantiles(job, shard_ids)
-    columns = list(dict.fromkeys(threshold.column for threshold in thresholds))
+    columns = [threshold.column for threshold in thresholds] + ([LANGUAGE_KEY] if keyed_by_language(job) else [])
+    columns = list(dict.fromkeys(columns))
     parts = []
     for shard_id in shard_ids:
         signals = stored_signals(job, shard_id, columns)
@@ -296,6 +298,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         "hypothetical": view.hypothetical,
         "before_extraction": early,  # the rules run before extraction, whose drops are pages, not documents
         "funnel": funnel,
+        "languages": _language_funnel(view, first_rule, amount),
         "rules": rules,
         "failing": failing,
         "thresholds": {t.reason: t.value for t in view.thresholds},
@@ -305,6 +308,31 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         "near_threshold": near,
         "domains": top_domains,
     }
+
+
+def _language_funnel(view: RunView, first_rule: np.ndarray, amount) -> list[dict]:
+    """Per language key, most documents first: documents, those left after each rule and dedup, kept words, and
+    whose thresholds it had (its own from `[select] per_language`, or the job's)."""
+    docs = view.documents
+    if LANGUAGE_KEY not in docs.column_names:
+        return []
+    keys = np.array(pc.fill_null(docs.column(LANGUAGE_KEY), "none").to_pylist(), dtype=object)
+    kept = docs.column("kept").to_numpy(zero_copy_only=False)
+    configured = {key for t in view.thresholds for key, _ in t.by_language}
+    rows = []
+    for key in sorted(set(keys), key=lambda k: (-(keys == k).sum(), k)):
+        mine = keys == key
+        rows.append(
+            {
+                "language": key,
+                "documents": int(mine.sum()),
+                "dropped_by": dict(Counter(first_rule[mine & ~kept].tolist()).most_common()),
+                "kept": int((mine & kept).sum()),
+                "kept_words": amount(mine & kept)["words"],
+                "thresholds": "per_language" if key in configured else "job",
+            }
+        )
+    return rows
 
 
 def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
