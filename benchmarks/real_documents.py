@@ -146,10 +146,12 @@ def real_documents(shared: Path) -> pa.Table:
     return pq.read_table(cache)
 
 
-def benchmark_arguments(description: str, datatrove: bool = False) -> argparse.Namespace:
-    """A benchmark's command line (`--shared`, and `--datatrove-python` where datatrove is a peer), parsed, with
-    this process pinned to one core: every figure is per core."""
+def benchmark_arguments(description: str, datatrove: bool = False, more=None) -> argparse.Namespace:
+    """A benchmark's command line (`--shared`, and `--datatrove-python` where datatrove is a peer; `more(parser)`
+    adds its own), parsed, with this process pinned to one core: every figure is per core."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if more is not None:
+        more(parser)
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared data folder")
     if datatrove:  # the parity extra installs datatrove beside corpus; a venv of its own works too
         here = sys.executable if importlib.util.find_spec("datatrove") else None

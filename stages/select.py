@@ -74,11 +74,12 @@ class Threshold:
         return pc.fill_null(failed, False).to_numpy(zero_copy_only=False)
 
     def _failing_by_language(self, values, language_keys, value) -> np.ndarray:
-        keys = pa.array([key for key, _ in self.by_language], pa.string())
-        per_key = np.array([np.nan if v is None else v for _, v in self.by_language] + [np.nan], np.float64)
-        found = pc.fill_null(pc.index_in(language_keys, value_set=keys), -1).to_numpy(zero_copy_only=False)
-        bounds = per_key[found]  # -1: the last entry, replaced by the job's own value below
-        bounds[found < 0] = np.nan if value is None else value
+        own = dict(self.by_language)
+        present = pc.unique(pc.fill_null(language_keys, ""))
+        default = np.nan if value is None else value
+        per_present = np.array([own.get(key, default) for key in present.to_pylist()], np.float64)
+        per_present[np.array([key in own and own[key] is None for key in present.to_pylist()], np.bool_)] = np.nan
+        bounds = per_present[pc.index_in(pc.fill_null(language_keys, ""), value_set=present).to_numpy()]
         single = pa.types.is_floating(values.type) and values.type.bit_width == 32
         column = pc.fill_null(pc.cast(values, pa.float32() if single else pa.float64()), float("nan"))
         column = column.to_numpy(zero_copy_only=False)

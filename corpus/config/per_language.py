@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,14 @@ def with_per_language(thresholds: list, languages_path: str, selected: list[str]
             f"{path}: key 'select.per_language': thresholds per language need the language rule; add 'language' "
             "to annotate.rules and select.rules"
         )
-    return per_language_thresholds(thresholds, load_once(load_language_settings, languages_path), selected)
+    return list(_merged(tuple(thresholds), languages_path, tuple(selected)))
+
+
+@functools.cache
+def _merged(thresholds: tuple, languages_path: str, selected: tuple) -> tuple:
+    """`per_language_thresholds`, once per process for the same thresholds and configs (`apply_rules` calls)."""
+    settings = load_once(load_language_settings, languages_path)
+    return tuple(per_language_thresholds(list(thresholds), settings, list(selected)))
 
 
 def per_language_path(given: Any, path: Path) -> str:

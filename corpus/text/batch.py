@@ -156,36 +156,47 @@ class DocumentBatch:
         return [language_key(lang, script) for lang, script in zip(self.langs, self.scripts, strict=True)]
 
     @cached_property
+    def word_scripts(self) -> list[str]:
+        """Per document: the script its words are split by: its language key's (a GlotLID label's), else its
+        text's own, so that a text without a label is still split by its script."""
+        return [
+            key.rsplit("_", 1)[-1] if key else script
+            for key, script in zip(self.language_keys, self.scripts, strict=True)
+        ]
+
+    @cached_property
     def segmented(self) -> dict[int, list[tuple[int, int]]]:
-        """The word spans of documents not split by the default splitter, by document index: those in a script a
-        segmenter splits (Chinese, Thai …), and those in a script that writes vowels as combining marks
-        (Devanagari, Arabic …), split with the marks kept in their words. The script is the language key's (a
-        GlotLID label's), else the text's own: a text without a label is still split by its script."""
+        """The word spans of documents in a script a segmenter splits (Chinese, Thai …), by document index."""
         if all(script in UNMARKED_SCRIPTS for script in self.scripts):
             return {}
-        spans, missing, marked = {}, {}, []
-        for index, key in enumerate(self.language_keys):
-            script = key.rsplit("_", 1)[-1] if key else self.scripts[index]
+        spans, missing = {}, {}
+        for index, script in enumerate(self.word_scripts):
             segmenter = SEGMENTERS.get(script)
             if segmenter is not None and segmenter.available():
-                spans[index] = segmenter.spans(self.texts[index])
-                continue
-            if segmenter is not None:
+                try:
+                    spans[index] = segmenter.spans(self.texts[index])
+                except Exception as error:  # a segmenter's own failure (botok offline): said once, then split
+                    segmenter.failed(error)
+            elif segmenter is not None:
                 missing[segmenter] = missing.get(segmenter, 0) + 1
-            if script not in UNMARKED_SCRIPTS:
-                marked.append(index)
         for segmenter, count in missing.items():
             _warn_once(segmenter, count)
-        if marked:
-            words = SplitWords([self.texts[i] for i in marked], marks=True)
-            spans.update({index: words.of_text(k) for k, index in enumerate(marked)})
         return spans
+
+    @cached_property
+    def marked(self) -> np.ndarray | None:
+        """Per document, whether its script writes vowels as combining marks (Devanagari, Arabic …), which its
+        words keep; None when no document's does."""
+        if all(script in UNMARKED_SCRIPTS for script in self.scripts):
+            return None
+        marked = np.array([script not in UNMARKED_SCRIPTS for script in self.word_scripts], np.bool_)
+        return marked if marked.any() else None
 
     @cached_property
     def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
         """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.words.folded_word_hashes`;
         a segmented document's words are its segmenter's words."""
-        offsets, hashes = folded_word_hashes(*self.code_points)
+        offsets, hashes = folded_word_hashes(*self.code_points, self.marked)
         if not self.segmented:
             return offsets, hashes
         points, text_offsets = self.code_points
@@ -202,7 +213,7 @@ class DocumentBatch:
 
     @cached_property
     def words(self) -> SplitWords:
-        words = SplitWords(self.texts, self.code_points)
+        words = SplitWords(self.texts, self.code_points, self.marked)
         return words.with_spans(self.texts, self.segmented) if self.segmented else words
 
     @property
@@ -233,7 +244,7 @@ class DocumentBatch:
 
     @cached_property
     def word_counts(self) -> np.ndarray:
-        if "words" in self.__dict__ or self.segmented:  # already split, or split by a segmenter
+        if "words" in self.__dict__ or self.segmented or self.marked is not None:  # split, or not by `WORD` alone
             return np.diff(self.word_offsets)
         return count_words(*self.code_points)
 

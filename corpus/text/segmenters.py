@@ -25,10 +25,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import sys
 from dataclasses import dataclass
 from functools import cache
 
 EXTRA = "pip install 'corpus[languages]'"
+_FAILED: set[str] = set()  # scripts whose segmenter failed in this process
 SUDACHI_MAX_BYTES = 40_000  # SudachiPy refuses inputs over 49,149 bytes; datatrove cuts Japanese at 40,000
 
 
@@ -41,8 +43,19 @@ class Segmenter:
     module: str  # the import name that must be present
     requirement: str  # what pip installs
     in_extra: bool = True  # installed by `corpus[languages]`
+
     def available(self) -> bool:
-        return importlib.util.find_spec(self.module) is not None
+        return self.script not in _FAILED and importlib.util.find_spec(self.module) is not None
+
+    def failed(self, error: Exception) -> None:
+        """Mark it unusable for this process (botok without its dialect pack and no network): its documents are
+        split like any other script's from now on, and the reason is said once."""
+        _FAILED.add(self.script)
+        print(
+            f"corpus: {self.requirement} failed ({type(error).__name__}: {str(error)[:200]}); {self.language} "
+            "documents are split into words at spaces and punctuation instead",
+            file=sys.stderr,
+        )
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """(start, end) of each word of `text`, in order."""
@@ -145,7 +158,7 @@ def _kiwi(text: str) -> list[tuple[int, int]]:
 def _kiwi_tokenizer():
     from kiwipiepy import Kiwi
 
-    return Kiwi()
+    return Kiwi(model_type="cong")  # the model kiwipiepy_model ships (datatrove's own asks for `sbg`)
 
 
 def _thai(text: str) -> list[tuple[int, int]]:

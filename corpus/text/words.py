@@ -299,7 +299,8 @@ def _next_chunk(cp, flags, i, text_end):
 
 
 @njit(cache=True)
-def _split_words(cp, text_offsets, flags, abbreviations):
+def _split_words(cp, text_offsets, plain_flags, marked_flags, marked, abbreviations):
+    """`marked[t]`: text t is split with `marked_flags` (combining marks as letters), else with `plain_flags`."""
     n_texts = len(text_offsets) - 1
     word_offsets = np.zeros(n_texts + 1, np.int64)
     capacity = max(16, len(cp) // 4)
@@ -313,6 +314,7 @@ def _split_words(cp, text_offsets, flags, abbreviations):
     n_words = 0
     n_ids = 0
     for t in range(n_texts):
+        flags = marked_flags if marked[t] else plain_flags
         text_end = text_offsets[t + 1]
         i = text_offsets[t]
         # Arrays grow here, per text, never per word: resizing inside the word loop costs Numba 40 %.
@@ -412,11 +414,12 @@ def count_words(points: np.ndarray, text_offsets: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _folded_word_hashes(points, text_offsets, flags, lower):
+def _folded_word_hashes(points, text_offsets, plain_flags, marked_flags, marked, lower):
     offsets = np.zeros(len(text_offsets), np.int64)
     hashes = np.empty(len(points) // 2 + len(text_offsets), np.uint64)  # a run ends at a separator or a text end
     n = 0
     for t in range(len(text_offsets) - 1):
+        flags = marked_flags if marked[t] else plain_flags
         i, end = text_offsets[t], text_offsets[t + 1]
         while i < end:
             if not flags[points[i]] & WORD_CHAR:
@@ -432,24 +435,37 @@ def _folded_word_hashes(points, text_offsets, flags, lower):
     return offsets, hashes[:n]
 
 
-def folded_word_hashes(points: np.ndarray, text_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(CSR offsets per text, FNV-1a hash of each word): words are runs of word characters (`\\w+`), lower-cased
-    code point by code point, so punctuation and spacing do not matter. For rules and dedup that need no parity
-    with another tokenizer."""
-    return _folded_word_hashes(points, text_offsets, character_classes(), lower_case_table())
+def folded_word_hashes(
+    points: np.ndarray, text_offsets: np.ndarray, marked: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(CSR offsets per text, FNV-1a hash of each word): words are runs of word characters (`\\w+`; with
+    combining marks for the `marked` texts), lower-cased code point by code point, so punctuation and spacing do
+    not matter. For rules and dedup that need no parity with another tokenizer."""
+    marked = _marked_texts(marked, len(text_offsets) - 1)
+    flags = character_classes()
+    marked_flags = character_classes_with_marks() if marked.any() else flags
+    return _folded_word_hashes(points, text_offsets, flags, marked_flags, marked, lower_case_table())
+
+
+def _marked_texts(marked: np.ndarray | None, n_texts: int) -> np.ndarray:
+    return np.zeros(n_texts, np.bool_) if marked is None else np.asarray(marked, np.bool_)
 
 
 class SplitWords:
     """The words of a batch of texts: CSR offsets per text, each word's span in the batch's code points and its
     id, and the distinct words as strings by id (first-seen order)."""
 
-    def __init__(self, texts: list[str], points: tuple[np.ndarray, np.ndarray] | None = None, marks: bool = False):
-        """`points`: `code_points(texts)`, where the caller has them already; `marks`: combining marks are letters
-        (`character_classes_with_marks`)."""
+    def __init__(
+        self, texts: list[str], points: tuple[np.ndarray, np.ndarray] | None = None, marked: np.ndarray | None = None
+    ):
+        """`points`: `code_points(texts)`, where the caller has them already; `marked`: per text, whether its
+        combining marks are letters (`character_classes_with_marks`: scripts that write vowels as marks)."""
         points_, self.text_offsets = points or code_points(texts)
-        flags = character_classes_with_marks() if marks else character_classes()
+        marked = _marked_texts(marked, len(texts))
+        flags = character_classes()
+        marked_flags = character_classes_with_marks() if marked.any() else flags
         self.offsets, self.starts, self.ends, self.ids, first, lengths = _split_words(
-            points_, self.text_offsets, flags, _ABBREVIATION_CODES
+            points_, self.text_offsets, flags, marked_flags, marked, _ABBREVIATION_CODES
         )
         joined = "".join(texts)
         self.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
