@@ -24,7 +24,8 @@ from numba import njit
 
 from corpus.rulebook import Rule, RuleOptions, Signal, Span, register
 from corpus.text.batch import DocumentBatch
-from corpus.text.words import DIGIT, SPACE, character_classes, run_end
+from corpus.text.characters import DIGIT, SPACE, character_classes
+from corpus.text.words import run_end
 
 CITATIONS = ("[edit]", "[citation needed]")  # and `\[\d*]`: a bracketed number or nothing
 END_PUNCTUATION = (".", "?", "!", '"', "'")

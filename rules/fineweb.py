@@ -17,7 +17,7 @@ from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import TERMINAL_PUNCTUATION, DocumentBatch
-from corpus.text.words import SPACE, character_classes
+from corpus.text.characters import SPACE, character_classes
 
 SHORT_LINE_CHARS = 30
 ENDINGS = tuple(TERMINAL_PUNCTUATION)

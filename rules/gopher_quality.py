@@ -22,8 +22,8 @@ from numba import njit
 
 from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, load_once, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.characters import SPACE, character_classes
 from corpus.text.language_settings import load_language_settings
-from corpus.text.words import SPACE, character_classes
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 

@@ -15,8 +15,8 @@ from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.characters import SPACE, character_classes
 from corpus.text.hashing import FNV_PRIME, find_or_add, span_key, table_bits
-from corpus.text.words import SPACE, character_classes
 
 TOP_NGRAMS = {2: 0.20, 3: 0.18, 4: 0.16}
 DUP_NGRAMS = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}

@@ -20,8 +20,8 @@ from pydantic import Field
 
 from corpus.rulebook import CorpusRule, RuleOptions, Signal, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.characters import DIGIT, SPACE, character_classes, lower_case_table
 from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
-from corpus.text.words import DIGIT, SPACE, character_classes, lower_case_table
 
 
 @njit(cache=True)

@@ -17,8 +17,8 @@ from numba import njit
 
 from corpus.rulebook import Signal, register
 from corpus.text.batch import DocumentBatch
+from corpus.text.characters import DIGIT, SPACE, character_classes, lower_case_table
 from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
-from corpus.text.words import DIGIT, SPACE, character_classes, lower_case_table
 
 
 @njit(cache=True)

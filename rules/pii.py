@@ -19,7 +19,7 @@ from numba import njit
 
 from corpus.rulebook import Rule, RuleOptions, Signal, Span, register
 from corpus.text.batch import DocumentBatch
-from corpus.text.words import DIGIT, character_classes
+from corpus.text.characters import DIGIT, character_classes
 
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 # Not inside a longer dotted number on either side; a full stop ending the sentence is not part of one.

@@ -17,7 +17,7 @@ from numba import njit
 
 from corpus.rulebook import CorpusRule, Signal, register, sum_summaries
 from corpus.text.batch import DocumentBatch
-from corpus.text.words import SPACE, character_classes
+from corpus.text.characters import SPACE, character_classes
 
 
 @njit(cache=True)

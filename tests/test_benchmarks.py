@@ -33,6 +33,11 @@ SMALLEST = [  # script, its smallest setting, a line its output must hold
         r"^ms/page: ours [\d.]+, datatrove [\d.]+, ratio [\d.]+",
     ),
     (
+        "fineweb2_recipe.py",
+        ["--copies", "1", "--languages", "cmn_Hani,deu_Latn"],
+        r"^ms/page: ours [\d.]+, datatrove [\d.]+, ratio [\d.]+ \(languages: cmn_Hani, deu_Latn\)",
+    ),
+    (
         "ablation_sensitivity.py",
         ["--kinds", "keyword_spam", "--shares", "20", "--fresh"],
         r"smallest planted share",

@@ -8,10 +8,10 @@ import pytest
 from conftest import shared, unavailable, write_job
 
 from corpus.text.batch import DocumentBatch
+from corpus.text.characters import code_points
 from corpus.text.languages import LID176_CODES, language_key
 from corpus.text.scripts import dominant_scripts
 from corpus.text.segmenters import SEGMENTERS
-from corpus.text.words import code_points
 
 CONFIGS = "lists-fineweb2/fineweb2-configs.tar.xz"
 

@@ -52,7 +52,8 @@ def _agreement(ours: np.ndarray, theirs: np.ndarray, ids: list[str], name: str) 
 
 
 def test_word_splitter_gives_exactly_its_expressions_words_on_real_documents():
-    from corpus.text.words import WORD, SplitWords, code_points, count_words
+    from corpus.text.characters import code_points
+    from corpus.text.words import WORD, SplitWords, count_words
 
     shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
     texts = _real_documents().column("text").to_pylist()

@@ -2,21 +2,20 @@
 
 Documents per language: windows of 1 to 21 lines of the Universal Declaration of Human Rights in that language
 (NLTK's udhr2, real text in every script), every fifth with its first lines repeated, so that each family keeps
-some and drops others; plus the shared WARCs' pages lid.176 reads as that language. datatrove runs each family as
-FineWeb-2's pipeline configured it (`fineweb-2-pipeline.py`: the language's YAML settings, `language=<key>`, its
-word tokenizer); ours is one `apply_rules` call with `per_language`.
+some and drops others (the benchmark's texts); plus the shared WARCs' pages lid.176 reads as that language.
+datatrove runs each family as FineWeb-2's pipeline configured it (`fineweb-2-pipeline.py`: the language's YAML
+settings, `language=<key>`, its word tokenizer); ours is one `apply_rules` call with `per_language`.
 """
 
 from __future__ import annotations
 
 import tarfile
-import zipfile
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared, unavailable, write_job
+from conftest import benchmark_module, shared, unavailable, write_job
 
 LANGUAGES = {  # language key -> its UDHR file
     "cmn_Hani": "cmn_hans",
@@ -35,17 +34,8 @@ CONFIGS = "lists-fineweb2/fineweb2-configs.tar.xz"
 
 
 def udhr_documents(name: str) -> list[str]:
-    """Windows of 1 to 21 non-empty lines of a UDHR translation; every fifth also repeats its first two lines."""
-    text = zipfile.ZipFile(shared("text-nltk/udhr2.zip")).read(f"udhr2/{name}.txt").decode("utf-8")
-    lines = [line for line in text.splitlines() if line.strip()]
-    documents = []
-    for size in (1, 2, 3, 5, 8, 13, 21):
-        for start in range(0, len(lines), size // 2 + 1):
-            window = lines[start : start + size]
-            documents.append("\n".join(window))
-            if len(documents) % 5 == 0:
-                documents.append("\n".join(window + window[:2]))
-    return documents
+    """Windows of a UDHR translation (`benchmarks/fineweb2_recipe.py`, which times the same recipe on them)."""
+    return benchmark_module("fineweb2_recipe").udhr_documents(shared("."), name)
 
 
 @pytest.fixture(scope="module")

@@ -345,7 +345,8 @@ def test_word_splitter_equals_its_expression_on_random_tricky_text():
     case-insensitive matching folds onto ASCII letters (İ ı ſ and the Kelvin sign)."""
     import random
 
-    from corpus.text.words import WORD, SplitWords, code_points, count_words
+    from corpus.text.characters import code_points
+    from corpus.text.words import WORD, SplitWords, count_words
 
     rng = random.Random(7)
     characters = list("aAnNtTsSmMrReEdDlLvVhHpPwWkK.,:/-+_'’=\\ \n\t0123456789{}()!?$…") + list("İıſ\u212aé٣\u00a0中")
@@ -363,7 +364,7 @@ def test_word_splitter_equals_its_expression_on_random_tricky_text():
 
 
 def test_character_classes_are_pythons():
-    from corpus.text.words import ALNUM, DIGIT, SPACE, WORD_CHAR, character_classes
+    from corpus.text.characters import ALNUM, DIGIT, SPACE, WORD_CHAR, character_classes
 
     flags = character_classes()
     for code in (*range(0x250), 0x0660, 0x00A0, 0x2028, 0x3000, 0x4E2D, 0x1D7CE, 0x110000 - 1):
@@ -711,7 +712,7 @@ def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_
 
     from corpus.rules.pii import _may_hold
 
-    from corpus.text.words import character_classes
+    from corpus.text.characters import character_classes
 
     rng = random.Random(5)
     texts = ["".join(rng.choice("1234 .-a٣+") for _ in range(rng.randint(0, 14))) for _ in range(20_000)]

@@ -18,19 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from corpus.text.hashing import FNV_OFFSET, FNV_PRIME
+from corpus.text.characters import WORD_CHAR, character_classes, code_points, lower_case_table
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, folded_word_hashes
 from corpus.text.languages import language_key
 from corpus.text.scripts import dominant_scripts
 from corpus.text.segmenters import EXTRA, SEGMENTERS
-from corpus.text.words import (
-    WORD_CHAR,
-    SplitWords,
-    character_classes,
-    code_points,
-    count_words,
-    folded_word_hashes,
-    lower_case_table,
-)
+from corpus.text.words import SplitWords, count_words
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -194,7 +187,7 @@ class DocumentBatch:
 
     @cached_property
     def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
-        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.words.folded_word_hashes`;
+        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.hashing.folded_word_hashes`;
         a segmented document's words are its segmenter's words."""
         offsets, hashes = folded_word_hashes(*self.code_points, self.marked)
         if not self.segmented:

@@ -6,6 +6,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from corpus.text.characters import (
+    WORD_CHAR,
+    character_classes,
+    character_classes_with_marks,
+    lower_case_table,
+    marked_texts,
+)
+
 FNV_OFFSET = np.uint64(14695981039346656037)
 FNV_PRIME = np.uint64(1099511628211)
 SECOND_OFFSET, SECOND_PRIME = np.uint64(0x9AE16A3B2F90404F), np.uint64(0xFF51AFD7ED558CCD)  # an independent hash
@@ -67,3 +75,37 @@ def find_or_add(table, bits, h1, h2, value):
         if table[slot, 0] == h1 and table[slot, 1] == h2:
             return table[slot, 2]
         slot = (slot + 1) & mask
+
+
+@njit(cache=True)
+def _folded_word_hashes(points, text_offsets, plain_flags, marked_flags, marked, lower):
+    offsets = np.zeros(len(text_offsets), np.int64)
+    hashes = np.empty(len(points) // 2 + len(text_offsets), np.uint64)  # a run ends at a separator or a text end
+    n = 0
+    for t in range(len(text_offsets) - 1):
+        flags = marked_flags if marked[t] else plain_flags
+        i, end = text_offsets[t], text_offsets[t + 1]
+        while i < end:
+            if not flags[points[i]] & WORD_CHAR:
+                i += 1
+                continue
+            h = FNV_OFFSET
+            while i < end and flags[points[i]] & WORD_CHAR:
+                h = (h ^ np.uint64(lower[points[i]])) * FNV_PRIME
+                i += 1
+            hashes[n] = h
+            n += 1
+        offsets[t + 1] = n
+    return offsets, hashes[:n]
+
+
+def folded_word_hashes(
+    points: np.ndarray, text_offsets: np.ndarray, marked: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(CSR offsets per text, FNV-1a hash of each word): words are runs of word characters (`\\w+`; with
+    combining marks for the `marked` texts), lower-cased code point by code point, so punctuation and spacing do
+    not matter. For rules and dedup that need no parity with another tokenizer."""
+    marked = marked_texts(marked, len(text_offsets) - 1)
+    flags = character_classes()
+    marked_flags = character_classes_with_marks() if marked.any() else flags
+    return _folded_word_hashes(points, text_offsets, flags, marked_flags, marked, lower_case_table())

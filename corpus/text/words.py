@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import copy
 import re
-from functools import cache
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from numba import njit
 
-from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, find_or_add, span_key, table_bits
+from corpus.text.characters import (
+    ALNUM,
+    DIGIT,
+    SPACE,
+    WORD_CHAR,
+    character_classes,
+    character_classes_with_marks,
+    code_points,
+    marked_texts,
+)
+from corpus.text.hashing import find_or_add, span_key, table_bits
 
 WORD = re.compile(
     r"""
@@ -41,55 +48,7 @@ WORD = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 
-# Character classes as Python's `re` sees them (`\s`, `\w`, `[^\W_]`, `\d`), one bit each, by code point.
-SPACE, WORD_CHAR, ALNUM, DIGIT = 1, 2, 4, 8
 ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no")
-
-
-@cache
-def character_classes() -> np.ndarray:
-    """uint8 flags for every code point, found by `re` itself (runs of a class are few, so this is fast)."""
-    valid = _non_surrogates()  # surrogates are in no class; decoding the rest at once is 20x faster than chr()
-    every = valid.tobytes().decode("utf-32-le")
-    flags = np.zeros(0x110000, np.uint8)
-    for pattern, flag in ((r"\s+", SPACE), (r"\w+", WORD_CHAR), (r"[^\W_]+", ALNUM), (r"\d+", DIGIT)):
-        for match in re.finditer(pattern, every):
-            flags[valid[match.start() : match.end()]] |= flag
-    return flags
-
-
-@cache
-def character_classes_with_marks() -> np.ndarray:
-    """`character_classes` with combining marks (Unicode M: Devanagari's vowel signs, Arabic's vowel points) as
-    letters: words of the scripts that write vowels as marks stay whole, as spaCy and Indic NLP keep them."""
-    import unicodedata
-
-    flags = character_classes().copy()
-    marks = [c for c in range(0x300, 0x1E95F) if unicodedata.category(chr(c)).startswith("M")]
-    flags[marks] |= WORD_CHAR | ALNUM
-    return flags
-
-
-def _non_surrogates() -> np.ndarray:
-    return np.r_[np.arange(0xD800), np.arange(0xE000, 0x110000)].astype(np.uint32)
-
-
-@cache
-def lower_case_table() -> np.ndarray:
-    """uint32 lower-case form of every code point, one for one (Arrow's utf8proc mapping: İ -> i, not i + dot)."""
-    valid = _non_surrogates()
-    lowered = pc.utf8_lower(pa.array([valid.tobytes().decode("utf-32-le")]))[0].as_py()
-    table = np.arange(0x110000, dtype=np.uint32)
-    table[valid] = np.frombuffer(lowered.encode("utf-32-le"), np.uint32)
-    return table
-
-
-def code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(the texts' code points end to end as uint32, offsets of each text in them)."""
-    points = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
-    offsets = np.zeros(len(texts) + 1, np.int64)
-    np.cumsum([len(text) for text in texts], out=offsets[1:])
-    return points, offsets
 
 
 def _abbreviation_table() -> np.ndarray:
@@ -413,44 +372,6 @@ def count_words(points: np.ndarray, text_offsets: np.ndarray) -> np.ndarray:
     return _count_words(points, text_offsets, character_classes(), _ABBREVIATION_CODES)
 
 
-@njit(cache=True)
-def _folded_word_hashes(points, text_offsets, plain_flags, marked_flags, marked, lower):
-    offsets = np.zeros(len(text_offsets), np.int64)
-    hashes = np.empty(len(points) // 2 + len(text_offsets), np.uint64)  # a run ends at a separator or a text end
-    n = 0
-    for t in range(len(text_offsets) - 1):
-        flags = marked_flags if marked[t] else plain_flags
-        i, end = text_offsets[t], text_offsets[t + 1]
-        while i < end:
-            if not flags[points[i]] & WORD_CHAR:
-                i += 1
-                continue
-            h = FNV_OFFSET
-            while i < end and flags[points[i]] & WORD_CHAR:
-                h = (h ^ np.uint64(lower[points[i]])) * FNV_PRIME
-                i += 1
-            hashes[n] = h
-            n += 1
-        offsets[t + 1] = n
-    return offsets, hashes[:n]
-
-
-def folded_word_hashes(
-    points: np.ndarray, text_offsets: np.ndarray, marked: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(CSR offsets per text, FNV-1a hash of each word): words are runs of word characters (`\\w+`; with
-    combining marks for the `marked` texts), lower-cased code point by code point, so punctuation and spacing do
-    not matter. For rules and dedup that need no parity with another tokenizer."""
-    marked = _marked_texts(marked, len(text_offsets) - 1)
-    flags = character_classes()
-    marked_flags = character_classes_with_marks() if marked.any() else flags
-    return _folded_word_hashes(points, text_offsets, flags, marked_flags, marked, lower_case_table())
-
-
-def _marked_texts(marked: np.ndarray | None, n_texts: int) -> np.ndarray:
-    return np.zeros(n_texts, np.bool_) if marked is None else np.asarray(marked, np.bool_)
-
-
 class SplitWords:
     """The words of a batch of texts: CSR offsets per text, each word's span in the batch's code points and its
     id, and the distinct words as strings by id (first-seen order)."""
@@ -461,7 +382,7 @@ class SplitWords:
         """`points`: `code_points(texts)`, where the caller has them already; `marked`: per text, whether its
         combining marks are letters (`character_classes_with_marks`: scripts that write vowels as marks)."""
         points_, self.text_offsets = points or code_points(texts)
-        marked = _marked_texts(marked, len(texts))
+        marked = marked_texts(marked, len(texts))
         flags = character_classes()
         marked_flags = character_classes_with_marks() if marked.any() else flags
         self.offsets, self.starts, self.ends, self.ids, first, lengths = _split_words(
