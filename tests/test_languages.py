@@ -216,7 +216,9 @@ def test_a_glotlid_format_model_labels_documents_with_their_keys(tmp_path):
         lines.append(f"__label__srp_Cyrl ово је реченица број {i} на српском језику ћирилицом")
         lines.append(f"__label__cmn_Hani 这是第{i}个中文句子我们的数据来自网络")
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    model = fasttext.train_supervised(str(tmp_path / "train.txt"), dim=8, epoch=20, minn=1, maxn=3, thread=1, seed=1)
+    model = fasttext.train_supervised(
+        str(tmp_path / "train.txt"), dim=8, epoch=20, lr=0.05, minn=1, maxn=3, thread=1, seed=1, verbose=0
+    )
     model.save_model(str(tmp_path / "glotlid.bin"))
     identify = LanguageIdentifier(str(tmp_path / "glotlid.bin"))
     texts = ["ово је реченица на српском", "ovo je recenica na srpskom", "这是中文句子"]
