@@ -185,9 +185,8 @@ class GopherQuality(Rule):
         by_language = (
             load_once(load_language_settings, self.options.stop_words_of) if self.options.stop_words_of else {}
         )
-        lists: dict[tuple[str, ...], list[int]] = {}
-        keys = docs.language_keys if by_language else [None] * len(docs)
-        for d, key in enumerate(keys):
+        lists: dict[tuple[str, ...], list[int]] = {STOP_WORDS: list(range(len(docs)))} if not by_language else {}
+        for d, key in enumerate(docs.language_keys if by_language else ()):
             own = by_language.get(key)
             lists.setdefault(own.stop_words if own else STOP_WORDS, []).append(d)
         out = np.zeros(len(docs), np.int64)
