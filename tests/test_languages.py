@@ -167,7 +167,7 @@ def test_a_per_language_job_takes_fineweb2s_thresholds(tmp_path):
     assert dict(by_reason["gopher_repetition.dup_para_frac.max"].by_language)["cmn_Hani"] is None  # off, as FineWeb-2
     assert dict(by_reason["fineweb.char_dup_ratio.max"].by_language)["deu_Latn"] == 0.1
     assert dict(by_reason["gopher_quality.alpha_words_frac.min"].by_language)["cmn_Hani"] == pytest.approx(0.735)
-    assert dict(job.rule_settings)["gopher_quality"]["stop_words_of"] == str(configs)
+    assert dict(job.rule_settings)["gopher_quality"]["stop_words_of"] == str(configs.resolve())
 
 
 @pytest.mark.parametrize(
@@ -216,9 +216,14 @@ def test_a_glotlid_format_model_labels_documents_with_their_keys(tmp_path):
         lines.append(f"__label__srp_Cyrl ово је реченица број {i} на српском језику ћирилицом")
         lines.append(f"__label__cmn_Hani 这是第{i}个中文句子我们的数据来自网络")
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    model = fasttext.train_supervised(
-        str(tmp_path / "train.txt"), dim=8, epoch=20, lr=0.05, minn=1, maxn=3, thread=1, seed=1, verbose=0
-    )
+    for seed in (1, 2, 3):  # fastText's training now and then stops with "Encountered NaN" on a corpus this small
+        try:
+            model = fasttext.train_supervised(
+                str(tmp_path / "train.txt"), dim=8, epoch=20, lr=0.05, minn=1, maxn=3, thread=1, seed=seed, verbose=0
+            )
+            break
+        except RuntimeError as error:
+            assert "NaN" in str(error), error
     model.save_model(str(tmp_path / "glotlid.bin"))
     identify = LanguageIdentifier(str(tmp_path / "glotlid.bin"))
     texts = ["ово је реченица на српском", "ovo je recenica na srpskom", "这是中文句子"]
