@@ -93,10 +93,10 @@ def _word_marks(offsets, ids, is_symbol, length, has_letter):
 
 
 @njit(cache=True)
-def _distinct_stop_words(offsets, ids, stop_index, documents):
+def _distinct_stop_words(offsets, ids, stop_index, n_stop_words, documents):
     """Per document of `documents`: how many distinct stop words it has (`stop_index[word]`: -1 for none)."""
     out = np.zeros(len(documents), np.int64)
-    seen = np.zeros(max(1, stop_index.max() + 1), np.bool_)
+    seen = np.zeros(n_stop_words, np.bool_)
     for j in range(len(documents)):
         d = documents[j]
         seen[:] = False
@@ -196,7 +196,7 @@ class GopherQuality(Rule):
                 if word >= 0:
                     stop_index[word] = index
             rows = np.array(documents, np.int64)
-            out[rows] = _distinct_stop_words(docs.word_offsets, docs.word_ids, stop_index, rows)
+            out[rows] = _distinct_stop_words(docs.word_offsets, docs.word_ids, stop_index, len(words), rows)
         return out
 
     def compute(self, docs: DocumentBatch) -> dict:
