@@ -25,6 +25,12 @@ SHARED_WARC_HTML_RECORDS = {
 }
 
 
+def documentation() -> str:
+    """The README and every page of docs/, as one text: what users read, which tests run the examples of."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return "\n\n".join(page.read_text() for page in pages)
+
+
 def unavailable(reason: str) -> NoReturn:
     """A test's prerequisite is missing: skip it with the reason, or fail where CI promises every prerequisite
     (`CORPUS_REQUIRE_SHARED_DATA=1`)."""
