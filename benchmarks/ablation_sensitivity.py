@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from corpus.stages.tokenize import train_tokenizer
 from real_documents import SHARED, article_pieces, wikitext_articles
 
 from corpus.config.ablation import load_ablation
 from corpus.lab.ablation import run_ablation
 from corpus.lab.verdicts import verdict_rows
+from corpus.stages.tokenize import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "runs" / "sensitivity"

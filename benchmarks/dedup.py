@@ -74,9 +74,9 @@ def datasketch_shingles(texts: list[str]) -> list[list[bytes]]:
 
 
 def signatures_section(texts: list[str], datatrove_python: str | None) -> None:
-    from corpus.stages.dedup import _minhash, minhash_signatures, permutations
     from datasketch import MinHash
 
+    from corpus.stages.dedup import _minhash, minhash_signatures, permutations
     from corpus.text.batch import DocumentBatch
 
     a, b = permutations(PERMUTATIONS, 1)
@@ -130,9 +130,9 @@ def lsh_section(texts: list[str]) -> None:
     """Over the real documents and edited copies of 2,000 of them (5 % of words changed), so pairs exist."""
     import random
 
-    from corpus.stages.dedup import band_hashes, minhash_signatures, permutations
     from datasketch import MinHash, MinHashLSH
 
+    from corpus.stages.dedup import band_hashes, minhash_signatures, permutations
     from corpus.text.batch import DocumentBatch
 
     rng = random.Random(1)
@@ -216,6 +216,7 @@ def whole_section(docs, sizes: tuple[int, int]) -> None:
     """The pipeline's own path minus its files: band hashes -> shuffle rows -> partitions -> forests -> star rounds
     (connected components) -> the document each component keeps."""
     import pyarrow as pa
+
     from corpus.stages.dedup import _minhash, band_hashes, permutations
     from corpus.stages.dedup_graph import components_in_memory, partition_forest, partition_of, shuffle_rows
 
@@ -297,12 +298,12 @@ def _store_synthetic_run(folder: Path, words: np.ndarray, offsets: np.ndarray, t
     """A run folder holding `total` synthetic documents' signatures as its documents, all kept by the rules
     (run in a child process, so the driver's peak RSS is the engine's). Returns each document's origin."""
     import pyarrow as pa
-    from corpus.stages.dedup import STEP_KEYS, _minhash, permutations
-    from corpus.stages.select import SELECTION
 
     from corpus.config.job import load_job
     from corpus.engine.plan import make_plan, write_plan
     from corpus.engine.run_folder import RunFolder, documents_path, rule_selection_path
+    from corpus.stages.dedup import STEP_KEYS, _minhash, permutations
+    from corpus.stages.select import SELECTION
 
     shards = total // BATCH
     (folder / "inputs.txt").write_text("".join(f"part-{s:05d}.warc.gz\n" for s in range(shards)))

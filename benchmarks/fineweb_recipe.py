@@ -96,9 +96,10 @@ def shared_pages(shared: Path) -> tuple[list[Page], int]:
     then do the same work per page). A page's language is the full path's: trafilatura, then lid.176 on its text at
     the job's 0.65; pages it finds nothing in, or is unsure of, count as English, so the mix never credits the
     pre-pass with them."""
+    from fastwarc.warc import ArchiveIterator
+
     from corpus.stages.extract import LanguageIdentifier, decode_html, main_text
     from corpus.stages.read import ReadOptions, read_records
-    from fastwarc.warc import ArchiveIterator
 
     warcs = sorted(shared.glob("warc-*/*.warc.gz"))
     if not warcs:
@@ -220,7 +221,6 @@ tokenizer = "{neox_tokenizer()}"
 def run_datatrove(source: Path, output: Path, extractor: str, shared: Path, explain: bool = False) -> None:
     """datatrove's FineWeb pipeline over `source` (run in its own process: `--datatrove-run`); `explain`: each
     filter also writes what it drops (`output/excluded/<filter>`), and only the filtering runs."""
-    from corpus.stages.extract import default_lid_model
     from datatrove.executor.local import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupSignature
     from datatrove.pipeline.dedup.minhash import MinhashConfig
@@ -238,6 +238,8 @@ def run_datatrove(source: Path, output: Path, extractor: str, shared: Path, expl
     from datatrove.pipeline.tokens import DocumentTokenizer
     from datatrove.pipeline.writers import JsonlWriter
     from datatrove.utils.lid import FT176LID
+
+    from corpus.stages.extract import default_lid_model
 
     class Resiliparse(BaseExtractor):
         """resiliparse's main-content call, written as datatrove writes its extractors."""

@@ -81,9 +81,9 @@ def main() -> None:
     parser.add_argument("--language", default="en", help="the one language the job keeps")
     parser.add_argument("--min-score", type=float, default=0.65, help="the job's language score threshold")
     args = parser.parse_args()
-    from corpus.stages.extract import PREPASS_CHARS, ExtractOptions, LanguageIdentifier, main_text
     from resiliparse.extract.html2text import extract_plain_text
 
+    from corpus.stages.extract import PREPASS_CHARS, ExtractOptions, LanguageIdentifier, main_text
     from corpus.text.markup import rough_text
 
     pages = shared_pages(args.shared)

@@ -88,9 +88,10 @@ def html_pages(shared: Path) -> list[tuple[str, bytes, str | None]]:
 
 
 def build(shared: Path) -> pa.Table:
+    from resiliparse.extract.html2text import extract_plain_text
+
     from corpus.stages.extract import decode_html
     from corpus.stages.read import ReadOptions, read_records
-    from resiliparse.extract.html2text import extract_plain_text
 
     documents: list[dict] = []
     for page_id, data, url in html_pages(shared):

@@ -84,9 +84,9 @@ def main() -> None:
     args = benchmark_arguments(__doc__, datatrove=True)
 
     import pyarrow as pa
+
     from corpus.rules.url import hashed_list
     from corpus.stages.annotate import annotate_documents
-
     from corpus.text.batch import DocumentBatch
 
     documents = real_documents(args.shared)

@@ -30,8 +30,9 @@ BATCH = 1000
 def main() -> None:
     args = benchmark_arguments(__doc__)
 
-    from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, token_schema, tokenize_documents, train_tokenizer
     from tokenizers import Tokenizer
+
+    from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, token_schema, tokenize_documents, train_tokenizer
 
     documents = real_documents(args.shared)
     texts = documents.column("text").to_pylist()

@@ -20,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 from pydantic import ValidationError
 
-from corpus.config.job import JobError, check_language_codes, resolve_rule_settings, resolve_thresholds
+from corpus.config.job import check_language_codes, resolve_rule_settings, resolve_thresholds
 from corpus.config.per_language import split_per_language, with_per_language
+from corpus.errors import JobError
 from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.annotate import annotate_documents, signal_fields
 from corpus.stages.dedup import MinHashOptions, band_hashes, jaccard, minhash_signatures, permutations

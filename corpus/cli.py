@@ -22,7 +22,8 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 
     from corpus.engine import RunFolder
     from corpus.engine.run_folder import STATS
-    from corpus.stages.tokenize import TokenizerError, train_tokenizer
+    from corpus.errors import TokenizerError
+    from corpus.stages.tokenize import train_tokenizer
 
     run = RunFolder(args.run)
     if not run.exists("selection"):
@@ -77,7 +78,8 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _classifier_train(args: argparse.Namespace) -> int:
-    from corpus.lab.classifier import ClassifierError, read_texts, report_path, train
+    from corpus.errors import ClassifierError
+    from corpus.lab.classifier import read_texts, report_path, train
 
     try:
         options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
@@ -100,7 +102,8 @@ def _classifier_train(args: argparse.Namespace) -> int:
 
 
 def _classifier_eval(args: argparse.Namespace) -> int:
-    from corpus.lab.classifier import ClassifierError, QualityModel, evaluate, read_texts
+    from corpus.errors import ClassifierError
+    from corpus.lab.classifier import QualityModel, evaluate, read_texts
 
     try:
         positives, negatives = (read_texts(paths, args.text_field) for paths in (args.positive, args.negative))

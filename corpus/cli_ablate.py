@@ -8,9 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from corpus.config.job import JobError
-from corpus.engine.run_folder import OutputLocked
 from corpus.engine.tasks import INTERRUPTED
+from corpus.errors import JobError, OutputLocked
 
 
 def _ablate_run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corpus.config.job import JobError
+from corpus.errors import JobError
 
 
 def _run_report(args: argparse.Namespace):

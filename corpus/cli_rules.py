@@ -12,6 +12,7 @@ from rich.console import Console
 
 from corpus.cli_report import marked_span
 from corpus.config.job import load_job
+from corpus.errors import TryInputError
 
 
 def rules_list(args: argparse.Namespace) -> int:
@@ -28,10 +29,6 @@ def rules_list(args: argparse.Namespace) -> int:
             value = "(required)" if field.is_required() else repr(field.get_default())
             console.print(f"   [dim]setting [rules.{name}] {option} = {value}")
     return 0
-
-
-class TryInputError(Exception):
-    """A file `corpus rules try` cannot take; the message says which and why."""
 
 
 def _documents_to_try(paths: list[str], limit: int, dataset=None):

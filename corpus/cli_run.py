@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from corpus.config.job import JobError, load_job
-from corpus.engine.run_folder import OutputLocked
+from corpus.config.job import load_job
 from corpus.engine.stats import ALL_STAGES
 from corpus.engine.tasks import INTERRUPTED
+from corpus.errors import JobError, OutputLocked
 
 
 def summary_table(stats: dict) -> Table:

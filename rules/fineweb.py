@@ -12,10 +12,10 @@ from functools import cache
 
 import numpy as np
 import pyarrow as pa
-from corpus.rules.gopher_repetition import repeated_spans
 from numba import njit
 
 from corpus.rulebook import Rule, Signal, Span, register
+from corpus.rules.gopher_repetition import repeated_spans
 from corpus.text.batch import TERMINAL_PUNCTUATION, DocumentBatch
 from corpus.text.characters import SPACE, character_classes
 

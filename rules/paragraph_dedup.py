@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from corpus.rules.line_dedup import LineDedup, remove_cut_units
 from numba import njit
 
 from corpus.rulebook import Signal, register
+from corpus.rules.line_dedup import LineDedup, remove_cut_units
 from corpus.text.batch import DocumentBatch
 from corpus.text.characters import DIGIT, SPACE, character_classes, lower_case_table
 from corpus.text.hashing import FNV_OFFSET, FNV_PRIME

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from corpus.rules.pii import mask_pii
 from numba import njit
 
 from corpus.rulebook import CorpusRule, Signal, register, sum_summaries
+from corpus.rules.pii import mask_pii
 from corpus.text.batch import DocumentBatch
 from corpus.text.characters import SPACE, character_classes
 

@@ -14,16 +14,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from corpus.errors import ClassifierError
 from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, load_once, register
 from corpus.text.batch import DocumentBatch
 
 POSITIVE = "__label__hq"
 NEGATIVE = "__label__cc"
 MAX_CHARS = 20_000  # bounds the cost of a giant page; an article is judged well before this (~3,000 words)
-
-
-class ClassifierError(ValueError):
-    """A model or labelled file that cannot be used; the message names the file and what to do."""
 
 
 def normalise(text: str) -> str:

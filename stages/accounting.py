@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from corpus.errors import AccountingError
+
 MAX_MESSAGE_CHARS = 500
 
 
@@ -95,10 +97,6 @@ class StageResult:
     table: pa.Table
     counts: StageCounts
     dropped: pa.Table | None = None  # rows it dropped before extraction, kept for reading back (no text); None: none
-
-
-class AccountingError(AssertionError):
-    """A stage lost or invented records: a bug in the stage, never a property of the input."""
 
 
 def check_chain(stages: list[StageCounts], where: str) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 
 import pyarrow as pa
-from corpus.stages.accounting import StageCounts, StageResult
-from corpus.stages.options import StageOptions
-from corpus.stages.schema import DOCUMENTS
 from pydantic import Field
 
 from corpus.rulebook import Rule
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
+from corpus.stages.schema import DOCUMENTS
 from corpus.text.batch import DocumentBatch
 
 

@@ -27,11 +27,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import Field
+
+from corpus.errors import DatasetError
 from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.dataset_columns import (
     INPUT_COLUMN,
     METADATA,
-    DatasetError,
     arrow_batches,
     extra_fields,
     is_text_type,
@@ -41,7 +43,6 @@ from corpus.stages.extract import EMPTY_DROP, ExtractOptions, LanguageIdentifier
 from corpus.stages.options import StageOptions
 from corpus.stages.read import domain_of
 from corpus.stages.schema import DOCUMENTS
-from pydantic import Field
 
 READ_STAGE = "read"
 EXTRACT_STAGE = "extract"

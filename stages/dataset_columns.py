@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from corpus.errors import DatasetError
 from corpus.stages.schema import DOCUMENTS
 
 if TYPE_CHECKING:
@@ -14,10 +16,6 @@ if TYPE_CHECKING:
 
 INPUT_COLUMN = b"input_column"  # field metadata: the input's own column, and its name there
 METADATA = "metadata"  # JSONL: a line's other fields, as a JSON object
-
-
-class DatasetError(ValueError):
-    """A dataset input that does not fit the job's `[dataset]` mapping; the message names the file and columns."""
 
 
 def input_columns(stream: BinaryIO, fmt: str) -> dict[str, pa.DataType | None]:

@@ -20,11 +20,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import numpy as np
 import pyarrow as pa
-from corpus.stages.accounting import StageCounts, StageResult
-from corpus.stages.options import StageOptions, repeated
 from numba import njit
 from pydantic import Field, model_validator
 
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions, repeated
 from corpus.text.batch import DocumentBatch, stable_hashes
 
 

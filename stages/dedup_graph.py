@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from corpus.stages.dedup import _mix
 from numba import njit
+
+from corpus.stages.dedup import _mix
 
 
 @njit(cache=True)

@@ -26,13 +26,13 @@ from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
+
 from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.columns import values_of
 from corpus.stages.extract_watchdog import Pages, watchdog_for
 from corpus.stages.options import StageOptions
 from corpus.stages.schema import DOCUMENTS, PAGE_PLACE_FIELDS, RECORD_FIELDS
-from pydantic import Field
-
 from corpus.text.fasttext_model import FastTextModel
 from corpus.text.markup import rough_text
 

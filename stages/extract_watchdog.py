@@ -33,9 +33,9 @@ from functools import cache
 
 import numpy as np
 import pyarrow as pa
-from corpus.stages.columns import column_of, concatenated
 
 from corpus.memory import BATCH_MMAP_THRESHOLD, keep_freed_memory
+from corpus.stages.columns import column_of, concatenated
 
 _SEND_CHUNK = 32  # pages per message to the extractor process: pipelined, yet a kill loses little
 _SEND_BYTES = 64 << 20  # and at most this much payload (but one page), well inside the process's memory limit

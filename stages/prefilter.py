@@ -14,13 +14,13 @@ import time
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
+
+from corpus.rulebook import Rule
 from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.options import StageOptions
 from corpus.stages.schema import PAGE_PLACE_FIELDS
 from corpus.stages.select import SELECTION, Threshold, select_documents
-from pydantic import Field
-
-from corpus.rulebook import Rule
 from corpus.text.batch import DocumentBatch
 
 STAGE = "prefilter"

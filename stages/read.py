@@ -19,12 +19,14 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+from fastwarc.warc import ArchiveIterator, WarcRecordType
+from pydantic import Field
+
+from corpus.errors import DecodedTooLarge
 from corpus.stages.accounting import StageCounts, StageResult
 from corpus.stages.columns import binary_column
 from corpus.stages.options import StageOptions
 from corpus.stages.schema import RECORDS
-from fastwarc.warc import ArchiveIterator, WarcRecordType
-from pydantic import Field
 
 
 class ReadOptions(StageOptions):
@@ -95,10 +97,6 @@ def _dechunk(body: bytes) -> bytes | None:
             return None
         out += body[start : start + size]
         pos = start + size + 2
-
-
-class DecodedTooLarge(Exception):
-    pass
 
 
 def _inflate(body: bytes, wbits: int, limit: int) -> bytes:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from corpus.stages.accounting import StageCounts, StageResult
 
 STAGE = "select"

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from corpus.stages.accounting import StageCounts, StageResult
-from corpus.stages.options import StageOptions
 from pydantic import Field
 
+from corpus.errors import TokenizerError
+from corpus.stages.accounting import StageCounts, StageResult
+from corpus.stages.options import StageOptions
 from corpus.text.byte_level_bpe import twin_of
 
 
@@ -44,10 +45,6 @@ class TokenizeOptions(StageOptions):
 STAGE = "tokenize"
 END_OF_TEXT = "<|endoftext|>"
 MIN_VOCABULARY = 257  # a byte-level BPE's 256 bytes and END_OF_TEXT
-
-
-class TokenizerError(Exception):
-    """A tokenizer file that cannot be used; the message names the file and what to do."""
 
 
 class TextTokenizer:

@@ -18,8 +18,9 @@ import pytest
 from conftest import REPO, garble_keeping_identity, unavailable
 from scipy import stats
 
-from corpus.config.job import JobError, load_job
+from corpus.config.job import load_job
 from corpus.engine import run_job
+from corpus.errors import JobError
 from corpus.sample.generate import SAMPLE_PATH
 
 pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")

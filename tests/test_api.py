@@ -11,8 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, shared, write_job
-from corpus.stages.read import ReadOptions, read_records
+from conftest import REPO, documentation, shared, write_job
 
 from corpus.api import (
     apply_rules,
@@ -24,6 +23,7 @@ from corpus.api import (
 )
 from corpus.config.job import load_job
 from corpus.engine import run_job
+from corpus.stages.read import ReadOptions, read_records
 
 WARCS = ["warc-aut/example.warc.gz", "warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz"]
 RULES = ["url", "language", "gopher_quality", "gopher_repetition", "pii", "c4", "line_dedup", "token_distribution"]
@@ -183,7 +183,7 @@ def test_exact_duplicate_lines_gives_the_line_dedup_rules_signals(run):
 
 
 def test_the_readmes_from_python_example_runs_and_finds_what_it_says():
-    readme = (REPO / "README.md").read_text()
+    readme = documentation()
     section = readme[readme.index("## From Python") :]
     code = section[section.index("```python") + len("```python") : section.index("```\n", section.index("```python"))]
     names: dict = {}

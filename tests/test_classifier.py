@@ -14,10 +14,10 @@ from conftest import benchmark_module, shared, write_job
 
 from corpus.api import quality_scores
 from corpus.cli import main
-from corpus.config.job import JobError, load_job
+from corpus.config.job import load_job
 from corpus.engine import run_job
+from corpus.errors import ClassifierError, JobError
 from corpus.lab.classifier import (
-    ClassifierError,
     QualityModel,
     TrainOptions,
     fit_fasttext,

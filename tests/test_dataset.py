@@ -12,8 +12,9 @@ import pytest
 from conftest import real_documents, write_job
 
 from corpus.api import apply_rules
-from corpus.config.job import JobError, load_job
+from corpus.config.job import load_job
 from corpus.engine import run_job
+from corpus.errors import JobError
 
 MAPPING = '[dataset]\ntext = "body"\nid = "doc_id"\nurl = "link"\n'
 RULES = '[annotate]\nrules = ["language", "gopher_quality", "gopher_repetition"]\n'

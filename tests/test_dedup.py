@@ -11,6 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import garble_keeping_identity, real_documents, shared, write_job
+
+from corpus.config.job import load_job
+from corpus.engine import run_job
+from corpus.sample.generate import SAMPLE_PATH
 from corpus.stages.dedup import band_hashes, jaccard, minhash_signatures, normalise_url, permutations, text_keys
 from corpus.stages.dedup_graph import (
     FOREST,
@@ -21,10 +25,6 @@ from corpus.stages.dedup_graph import (
     partition_of,
     shuffle_rows,
 )
-
-from corpus.config.job import load_job
-from corpus.engine import run_job
-from corpus.sample.generate import SAMPLE_PATH
 from corpus.text.batch import DocumentBatch
 
 PERMUTATIONS = 112

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from corpus.lab.downstream import TaskError, TaskItem, check_tasks, load_items, task_scores, tokenize_task
+from corpus.errors import TaskError
+from corpus.lab.downstream import TaskItem, check_tasks, load_items, task_scores, tokenize_task
 
 
 def _write(folder, task: str, docs: list[tuple[str, list[str], int]], fmt: str = "rc_0shot") -> None:

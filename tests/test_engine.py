@@ -196,10 +196,10 @@ def test_reselecting_a_complete_run_starts_no_ray_and_redoes_only_selection(tmp_
 
 def test_a_run_written_to_an_fsspec_url_is_read_back_by_the_report_and_the_token_reader(tmp_path):
     import fsspec
-    from corpus.stages.tokenize import train_tokenizer
 
     from corpus.lab.token_stream import TokenStream
     from corpus.report.run_report import load_run
+    from corpus.stages.tokenize import train_tokenizer
 
     inputs = sample_in_two_shards(tmp_path)
     texts = [page.decode("utf-8", "replace") for page in build_sample()[0].split(b"\r\n\r\n")[:200]]

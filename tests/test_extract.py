@@ -9,6 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 from conftest import shared
+
 from corpus.stages import extract_watchdog
 from corpus.stages.columns import binary_column, concatenated, values_of
 from corpus.stages.extract import ExtractOptions, decode_html, extract_documents, extractor_settings
@@ -223,6 +224,7 @@ def test_each_extraction_mode_on_real_articles(page_id):
     import json
 
     from conftest import benchmark_module
+
     from corpus.stages.extract import main_text
 
     entry = json.loads(shared("html-scrapinghub-aeb/ground-truth.json").read_text())[page_id]
@@ -235,9 +237,10 @@ def test_each_extraction_mode_on_real_articles(page_id):
 def test_trafilatura_gives_the_same_texts_with_its_own_element_class_as_with_lxml_html_classes():
     import gzip
 
-    from corpus.stages.extract import _trafilatura, main_text
     from lxml.html import HtmlElement, HtmlElementClassLookup
     from trafilatura.utils import HTML_PARSER, load_html
+
+    from corpus.stages.extract import _trafilatura, main_text
 
     _trafilatura()
     form = load_html("<html><body><form><input name=q><select><option>a</select></form><p>x<b>y</b>z</p></body></html>")

@@ -13,11 +13,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import shared
+
+from corpus.errors import ModelFileError
 from corpus.stages.columns import values_of
 from corpus.stages.extract import decode_html, default_lid_model, resiliparse_text
 from corpus.stages.read import ReadOptions, read_records
-
-from corpus.text.fasttext_model import FastTextModel, ModelFileError
+from corpus.text.fasttext_model import FastTextModel
 
 
 def library_top(model, text: str) -> tuple[str | None, float | None]:

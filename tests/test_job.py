@@ -6,10 +6,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import documentation
 from pydantic import BaseModel
 
 from corpus.cli import main
-from corpus.config.job import Job, JobError, load_job
+from corpus.config.job import Job, load_job
+from corpus.errors import JobError
 from corpus.sample.generate import SAMPLE_PATH
 
 REPO = Path(__file__).resolve().parents[1]
@@ -252,6 +254,7 @@ def test_shipped_job_files_are_valid():
 
 
 def test_readme_documents_every_job_key():
+    from corpus.config.job import INTERNAL_FIELDS, RayOptions
     from corpus.stages.annotate import AnnotateOptions
     from corpus.stages.dataset import DatasetOptions
     from corpus.stages.dedup import DedupOptions, MinHashOptions
@@ -260,9 +263,7 @@ def test_readme_documents_every_job_key():
     from corpus.stages.read import ReadOptions
     from corpus.stages.tokenize import TokenizeOptions
 
-    from corpus.config.job import INTERNAL_FIELDS, RayOptions
-
-    readme = (REPO / "README.md").read_text()
+    readme = documentation()
     sections = {"read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key

@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import SHARED_DATA, real_documents, shared, unavailable
+
+from corpus.rulebook import discover
 from corpus.stages.annotate import annotate_documents
 from corpus.stages.schema import DOCUMENTS
 from corpus.stages.select import default_thresholds, select_documents
-
-from corpus.rulebook import discover
 
 DOCUMENTS_COMPARED = 2000
 

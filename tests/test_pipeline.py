@@ -10,14 +10,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, SHARED_WARC_HTML_RECORDS, garble_keeping_identity, write_job
-from corpus.stages.annotate import annotated_schema
-from corpus.stages.schema import DOCUMENTS
 
 from corpus.cli import main
 from corpus.config.job import load_job
-from corpus.engine import OutputLocked, RunFolder, StaleOutput, run_job
+from corpus.engine import RunFolder, run_job
 from corpus.engine.plan import document_rules, shard_id
+from corpus.errors import OutputLocked, StaleOutput
 from corpus.sample.generate import SAMPLE_PATH, SAMPLE_TOKENIZER, build_sample, write_sample_tokenizer
+from corpus.stages.annotate import annotated_schema
+from corpus.stages.schema import DOCUMENTS
 
 
 def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):

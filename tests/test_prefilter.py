@@ -11,15 +11,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, shared, write_job
+
+from corpus.cli import main
+from corpus.config.job import load_job
+from corpus.engine import RunFolder, run_job
+from corpus.errors import JobError
+from corpus.report.run_report import load_run, report_data
+from corpus.sample.generate import SAMPLE_PATH, build_sample
 from corpus.stages.extract import ExtractOptions, extract_documents
 from corpus.stages.read import ReadOptions, read_records
 from corpus.stages.schema import RECORDS
-
-from corpus.cli import main
-from corpus.config.job import JobError, load_job
-from corpus.engine import RunFolder, run_job
-from corpus.report.run_report import load_run, report_data
-from corpus.sample.generate import SAMPLE_PATH, build_sample
 from corpus.text.markup import rough_text
 
 PREPASS_DROPS_ON_THE_SAMPLE = 48
@@ -253,9 +254,8 @@ def test_what_runs_before_extraction_is_part_of_the_shard_fingerprint(tmp_path):
 
 
 def test_a_new_pre_pass_makes_the_shards_of_the_old_one_stale(tmp_path, monkeypatch):
-    from corpus.stages import extract
-
     from corpus.engine.keys import fingerprint
+    from corpus.stages import extract
 
     def fingerprints(extra: str) -> tuple[str, str]:
         job = load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", extra + SAMPLE_RULES))

@@ -7,8 +7,9 @@ import io
 
 import pytest
 from conftest import SHARED_WARC_HTML_RECORDS, shared
-from corpus.stages.read import ReadOptions, decode_body, domain_of, read_records, sha1_digest
 from warcio.archiveiterator import ArchiveIterator
+
+from corpus.stages.read import ReadOptions, decode_body, domain_of, read_records, sha1_digest
 
 
 def read_all(data_or_path, options: ReadOptions = ReadOptions(), source: str = "test.warc.gz"):

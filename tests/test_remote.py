@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import sample_in_two_shards, write_job
 
-from corpus.config.job import JobError, load_job
-from corpus.engine import OutputLocked, RunFolder, run_job
+from corpus.config.job import load_job
+from corpus.engine import RunFolder, run_job
+from corpus.errors import JobError, OutputLocked
 
 MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers 503 to everything
 
@@ -163,9 +164,9 @@ def test_a_remote_parquet_input_is_planned_through_throttling_and_one_gone_is_le
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from corpus.stages.dataset import DatasetOptions
 
     from corpus.engine.plan import input_parts
+    from corpus.stages.dataset import DatasetOptions
 
     pq.write_table(pa.table({"text": [f"document {i}" for i in range(30)]}), http_server.folder / "a.parquet",
                    row_group_size=10)  # fmt: skip
@@ -180,7 +181,8 @@ def test_an_unreachable_input_is_tried_again_then_named_with_what_the_network_sa
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
     import socket
 
-    from corpus.engine.input_stream import InputUnavailable, RetryingInput
+    from corpus.engine.input_stream import RetryingInput
+    from corpus.errors import InputUnavailable
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

@@ -14,14 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, write_job
-from corpus.stages.select import Threshold
 
 from corpus.cli import main
-from corpus.config.job import JobError, load_job
+from corpus.config.job import load_job
 from corpus.engine import run_job
+from corpus.errors import JobError
 from corpus.report.figures import histogram_layout, signal_histograms
 from corpus.report.html_page import render_html
 from corpus.report.run_report import load_run, report_data
+from corpus.stages.select import Threshold
 
 
 @pytest.fixture(scope="module")

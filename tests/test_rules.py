@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, real_documents, unavailable
-from corpus.stages.select import Threshold, default_thresholds, select_documents
+from conftest import documentation, real_documents, unavailable
 
 from corpus import rulebook
-from corpus.config.job import JobError, default_rule_order, load_job
+from corpus.config.job import default_rule_order, load_job
+from corpus.errors import JobError
 from corpus.rulebook import discover
 from corpus.sample.generate import SAMPLE_PATH
+from corpus.stages.select import Threshold, default_thresholds, select_documents
 from corpus.text.batch import DocumentBatch
 
 
@@ -43,7 +44,7 @@ def kept_by_defaults(rule_name: str, values: dict[str, list]) -> list[bool]:
 
 def test_the_readmes_example_rule_and_its_test_pass(monkeypatch):
     """`rules/shouting.py` and `test_shouting` as the README's "Writing a rule" gives them."""
-    readme = (REPO / "README.md").read_text()
+    readme = documentation()
     section = readme[readme.index("### Writing a rule") :]
     rule_code, test_code = (
         section[start : section.index("```", start)]
@@ -711,7 +712,6 @@ def test_pii_prefilters_pass_exactly_the_texts_their_expressions_find_something_
     import re
 
     from corpus.rules.pii import _may_hold
-
     from corpus.text.characters import character_classes
 
     rng = random.Random(5)
@@ -772,9 +772,8 @@ def test_paragraph_dedup_cuts_paragraphs_many_documents_share_and_drops_pages_mo
     paragraph is dropped on the share it loses, a page of its own kept; the kernel's paragraphs are Python's."""
     import random
 
-    from corpus.rules.paragraph_dedup import paragraph_hashes
-
     from corpus.api import apply_rules
+    from corpus.rules.paragraph_dedup import paragraph_hashes
 
     footer = "Subscribe to our newsletter!\nCopyright 2024 Example Ltd"
     texts = [

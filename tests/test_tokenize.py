@@ -11,19 +11,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import real_documents, unavailable, write_job
+
+from corpus.config.job import load_job
+from corpus.engine import run_job
+from corpus.errors import JobError, TokenizerError
+from corpus.lab.token_stream import TokenStream
 from corpus.rules.olmo2 import bundled_neox_tokenizer
+from corpus.sample.generate import SAMPLE_PATH
 from corpus.stages.tokenize import (
     END_OF_TEXT,
     TextTokenizer,
-    TokenizerError,
     tokenize_documents,
     train_tokenizer,
 )
-
-from corpus.config.job import JobError, load_job
-from corpus.engine import run_job
-from corpus.lab.token_stream import TokenStream
-from corpus.sample.generate import SAMPLE_PATH
 from corpus.text.byte_level_bpe import byte_of_character, twin_of
 
 

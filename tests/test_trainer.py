@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 from conftest import REPO, real_documents, shared, write_job
-from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
 from corpus.sample.generate import SAMPLE_PATH
+from corpus.stages.tokenize import END_OF_TEXT, TextTokenizer, train_tokenizer
 
 torch = pytest.importorskip("torch", reason="the trainer needs the `ablation` extra (torch)")
 

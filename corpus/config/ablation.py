@@ -20,12 +20,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from corpus.config import no_such_file
 from corpus.config.inputs import resolve_path
-from corpus.config.job import Job, JobError, _format_error, job_from_data, load_job, read_toml
-from corpus.lab.downstream import TaskError, check_tasks, tasks_folder
+from corpus.config.job import Job, _format_error, job_from_data, load_job, read_toml
+from corpus.errors import JobError, TaskError, TokenizerError
+from corpus.lab.downstream import check_tasks, tasks_folder
 from corpus.lab.verdicts import FINAL_SHARE, final_window_problem
 from corpus.rulebook import load_once
 from corpus.stages.options import StageOptions, repeated
-from corpus.stages.tokenize import END_OF_TEXT, MIN_VOCABULARY, TextTokenizer, TokenizerError
+from corpus.stages.tokenize import END_OF_TEXT, MIN_VOCABULARY, TextTokenizer
 
 AUTO_VARIANTS = ("leave_one_out", "add_one_in")
 # OLMo 2's model ladder, as OLMo-core defines it (`TransformerConfig.olmo2_1M` ...) and DataDecide trained it

@@ -12,7 +12,8 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpus.config import JobError, no_such_file
+from corpus.config import no_such_file
+from corpus.errors import JobError
 from corpus.stages.dataset import DatasetOptions, dataset_format
 from corpus.stages.dataset_columns import input_columns, is_text_type
 

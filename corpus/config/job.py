@@ -16,9 +16,10 @@ from typing import Any
 import pyarrow as pa
 from pydantic import Field, ValidationError
 
-from corpus.config import JobError, no_such_file
+from corpus.config import no_such_file
 from corpus.config.inputs import check_dataset_columns, check_exclusions, expand_inputs, resolve_path
 from corpus.config.per_language import split_per_language, with_per_language
+from corpus.errors import JobError, ModelFileError, TokenizerError
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
 from corpus.stages.dataset import DatasetOptions
@@ -27,8 +28,8 @@ from corpus.stages.extract import ExtractOptions
 from corpus.stages.options import StageOptions
 from corpus.stages.prefilter import PrefilterOptions
 from corpus.stages.read import ReadOptions
-from corpus.stages.tokenize import TextTokenizer, TokenizeOptions, TokenizerError
-from corpus.text.fasttext_model import ModelFileError, check_header
+from corpus.stages.tokenize import TextTokenizer, TokenizeOptions
+from corpus.text.fasttext_model import check_header
 
 
 class RayOptions(StageOptions):

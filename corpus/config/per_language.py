@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from corpus.config import JobError
+from corpus.errors import JobError
 from corpus.rulebook import load_once
 from corpus.text.language_settings import load_language_settings, resolve_settings_path
 from corpus.text.segmenters import EXTRA, missing_segmenters

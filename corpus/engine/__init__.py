@@ -1,8 +1,8 @@
 """The engine: the only code that imports Ray or fsspec or knows the run folder's layout."""
 
-from corpus.engine.run_folder import OutputLocked, RunFolder
+from corpus.engine.run_folder import RunFolder
 
-_RUN = ("StaleOutput", "completed_shards", "dry_run", "ensure_ray", "run_job")
+_RUN = ("completed_shards", "dry_run", "ensure_ray", "run_job")
 
 
 def __getattr__(name: str):
@@ -15,4 +15,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'corpus.engine' has no attribute {name!r}")
 
 
-__all__ = ["OutputLocked", "RunFolder", *_RUN]
+__all__ = ["RunFolder", *_RUN]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from corpus.config import JobError
 from corpus.config.inputs import resolve_path
 from corpus.config.job import Job, job_from_data, parse_toml, read_toml
 from corpus.engine.corpus_rules import buckets_of, combined_summaries
@@ -30,6 +29,7 @@ from corpus.engine.run_folder import (
     shard_report_path,
 )
 from corpus.engine.tokens import training_texts
+from corpus.errors import JobError
 
 EXPORT_FORMATS = ("jsonl", "parquet", "hf")
 BASE_COLUMNS = ("id", "text", "url", "domain", "date", "lang", "lang_score")

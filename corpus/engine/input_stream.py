@@ -16,6 +16,8 @@ import fsspec
 from fsspec.compression import compr
 from fsspec.utils import infer_compression
 
+from corpus.errors import InputUnavailable
+
 ATTEMPTS = 6
 BACKOFF_S = 0.5
 
@@ -47,10 +49,6 @@ def _retryable(exc: BaseException) -> bool:
     if aiohttp is not None and isinstance(exc, aiohttp.ClientError):
         return True
     return isinstance(exc, OSError | TimeoutError)
-
-
-class InputUnavailable(OSError):
-    """A remote input that could not be read, after the retries: what the server or the network said."""
 
 
 def _explained(exc: BaseException, attempts: int, seconds: float) -> BaseException:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpus.config import JobError
 from corpus.config.job import Job
 from corpus.engine.input_stream import InputStream, input_identity
 from corpus.engine.keys import annotate_fingerprint
 from corpus.engine.run_folder import PLAN, RunFolder
+from corpus.errors import DatasetError, JobError
 from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.dataset import DatasetOptions, byte_parts, dataset_format, row_group_parts, splittable
-from corpus.stages.dataset_columns import DatasetError, arrow_schema, extra_fields, jsonl_extra_fields, unified_fields
+from corpus.stages.dataset_columns import arrow_schema, extra_fields, jsonl_extra_fields, unified_fields
 
 PLAN_SCHEMA = pa.schema([("ordinal", pa.int64()), ("id", pa.string()), ("source", pa.string())])
 INPUT_SCHEMA = b"input_schema"  # plan.parquet's metadata: `Job.input_schema`

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 
-from corpus.config.job import Job, JobError
+from corpus.config.job import Job
 from corpus.engine import corpus_rules as corpus_phase
 from corpus.engine import dedup as dedup_phase
 from corpus.engine import tokens as tokens_phase
@@ -29,16 +29,9 @@ from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.stats import summarize
 from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
+from corpus.errors import RayUnavailable, StaleOutput
 
 INLINE_DOCUMENTS = 200_000  # below this many stored documents, selecting and deduplicating in-process is faster
-
-
-class StaleOutput(JobError):
-    """The output folder holds shards made with other read/extract options."""
-
-
-class RayUnavailable(JobError):
-    """`RAY_ADDRESS` names a cluster that does not answer."""
 
 
 def _check_reachable(address: str) -> None:

@@ -34,13 +34,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpus.config import JobError
+from corpus.errors import JobError, OutputLocked
 
 PARQUET_COMPRESSION = "zstd"
-
-
-class OutputLocked(Exception):
-    """Another run holds this output folder."""
 
 
 class RunFolder:

@@ -15,6 +15,7 @@ from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, input_schema_fields, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, prefiltered_path, prepassed_path, shard_report_path
 from corpus.engine.tasks import Context, Task, kind, stop_if_interrupted
+from corpus.errors import InputFailed
 from corpus.stages.accounting import StageCounts, check_chain
 from corpus.stages.annotate import annotate_documents, annotated_schema
 from corpus.stages.dataset import dataset_format, identify_documents, read_dataset
@@ -30,10 +31,6 @@ STAGES = ("read", "prefilter", "extract", "annotate")
 
 
 WHOLE_INPUT_ERRORS = ("not_warc",)
-
-
-class InputFailed(Exception):
-    """An input of which nothing could be read (not a WARC at all): its shard fails, so a rerun retries it."""
 
 
 def documents_schema(job: Job) -> pa.Schema:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from corpus.rules.quality_classifier import MAX_CHARS, NEGATIVE, POSITIVE, ClassifierError, QualityModel, normalise
+from corpus.errors import ClassifierError
+from corpus.rules.quality_classifier import MAX_CHARS, NEGATIVE, POSITIVE, QualityModel, normalise
 
 
 def read_texts(paths: list[str], field: str = "text") -> list[str]:

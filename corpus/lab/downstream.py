@@ -25,15 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.errors import TaskError
+
 # The cloze formats, in order of preference: multiple-choice cloze, else a single gold continuation (LAMBADA).
 FORMATS = ("rc_0shot", "bpb_0shot")
 # The suffix of a metric's per-item scores (a task's questions, a reference set's documents), whose mean is the
 # metric: what the verdicts read the items' sampling noise from.
 ITEMS = ".items"
-
-
-class TaskError(Exception):
-    """An evaluation task that cannot be read; the message says which and what to do."""
 
 
 def installed_tasks_folder() -> str:

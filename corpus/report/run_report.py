@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpus.config.job import Job, JobError, resolve_rules
+from corpus.config.job import Job, resolve_rules
+from corpus.errors import JobError
 from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
 from corpus.stages.extract import PREPASS_DROP, PREPASS_SCHEMA

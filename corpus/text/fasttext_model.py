@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from corpus.errors import ModelFileError
 from corpus.text.fasttext_predict import (
     HS,
     NS,
@@ -35,10 +36,6 @@ _SUPERVISED = 3
 _EOS = b"</s>"
 _KSUB = 256  # centroids per sub-quantizer (fastText's 8 bits)
 _ENTRY_TAIL = struct.Struct("<qb")
-
-
-class ModelFileError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
