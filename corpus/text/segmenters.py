@@ -168,10 +168,17 @@ def _thai(text: str) -> list[tuple[int, int]]:
 
 
 def _khmer(text: str) -> list[tuple[int, int]]:
-    logging.getLogger("khmer-nltk").setLevel(logging.WARNING)  # it logs where it loaded its model from
+    return _located(text, _khmer_tokenize()(text, return_tokens=True))
+
+
+@cache
+def _khmer_tokenize():
+    from khmernltk.utils import log_utils
+
+    log_utils.logger.setLevel(logging.WARNING)  # it logs where it loads its model from, on import, at INFO
     from khmernltk import word_tokenize
 
-    return _located(text, word_tokenize(text, return_tokens=True))
+    return word_tokenize
 
 
 def _lao(text: str) -> list[tuple[int, int]]:
