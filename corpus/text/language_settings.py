@@ -71,11 +71,12 @@ def load_language_settings(path: str) -> dict[str, LanguageSettings]:
     """Every language's settings in a folder (or `.tar.xz`) of FineWeb-2 YAML files, by language key."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, ~10x faster, where PyYAML has it
     settings = {}
     for name, text in _yaml_files(Path(path)):
         key = Path(name).stem
         try:
-            config = yaml.safe_load(text)
+            config = yaml.load(text, Loader=loader)
             settings[key] = _settings_of(key, config)
         except (yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: {name}: not a FineWeb-2 language config ({exc})") from None
@@ -85,14 +86,18 @@ def load_language_settings(path: str) -> dict[str, LanguageSettings]:
 
 
 def _yaml_files(path: Path):
+    """(name, text) of each YAML file, by name; an archive is read once, in its own order (a compressed stream
+    read out of order decompresses again from its start for every file)."""
     if path.is_dir():
-        for file in sorted(path.rglob("*.yml")):
-            yield file.name, file.read_text(encoding="utf-8")
-        return
-    with tarfile.open(path) as archive:
-        for member in sorted(archive.getmembers(), key=lambda m: m.name):
-            if member.isfile() and member.name.endswith(".yml"):
-                yield member.name, archive.extractfile(member).read().decode("utf-8")
+        files = [(file.name, file.read_text(encoding="utf-8")) for file in path.rglob("*.yml")]
+    else:
+        with tarfile.open(path) as archive:
+            files = [
+                (member.name, archive.extractfile(member).read().decode("utf-8"))
+                for member in archive
+                if member.isfile() and member.name.endswith(".yml")
+            ]
+    return sorted(files)
 
 
 def _settings_of(key: str, config: dict) -> LanguageSettings:
