@@ -381,12 +381,12 @@ class SplitWords:
     ):
         """`points`: `code_points(texts)`, where the caller has them already; `marked`: per text, whether its
         combining marks are letters (`character_classes_with_marks`: scripts that write vowels as marks)."""
-        points_, self.text_offsets = points or code_points(texts)
+        self.points, self.text_offsets = points or code_points(texts)
         marked = marked_texts(marked, len(texts))
         flags = character_classes()
         marked_flags = character_classes_with_marks() if marked.any() else flags
         self.offsets, self.starts, self.ends, self.ids, first, lengths = _split_words(
-            points_, self.text_offsets, flags, marked_flags, marked, _ABBREVIATION_CODES
+            self.points, self.text_offsets, flags, marked_flags, marked, _ABBREVIATION_CODES
         )
         joined = "".join(texts)
         self.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
@@ -410,8 +410,7 @@ class SplitWords:
         np.cumsum([len(piece) for piece in pieces_start], out=merged.offsets[1:])
         merged.starts = np.concatenate(pieces_start) if pieces_start else self.starts
         merged.ends = np.concatenate(pieces_end) if pieces_end else self.ends
-        points = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
-        merged.ids, first, lengths = _span_ids(points, merged.starts, merged.ends)
+        merged.ids, first, lengths = _span_ids(self.points, merged.starts, merged.ends)  # the batch's code points
         joined = "".join(texts)
         merged.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
         return merged
