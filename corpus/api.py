@@ -11,7 +11,6 @@ step needs one (corpus rules, quantile thresholds, dedup).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -148,24 +147,27 @@ def _documents_table(documents: Documents) -> pa.Table:
     )
 
 
-_JOB_KEY = re.compile(r"key '(annotate|rules|select)((?:\.[^'.]+)*)'")
-
-
 def _arguments() -> Path:
     """What apply_rules' arguments stand for as a job file: relative files in `settings` are relative to the
     working folder."""
     return Path.cwd() / "apply_rules"
 
 
+_ARGUMENT_OF_SECTION = {"annotate": "rules", "rules": "settings", "select": "thresholds"}
+
+
+def _argument(key: str) -> str:
+    """A job-file key as apply_rules' argument: `rules.url.blocklist` is `settings['url']['blocklist']`."""
+    section, *path = key.split(".")
+    name = _ARGUMENT_OF_SECTION.get(section)
+    if name is None:
+        return f"'{key}'"
+    return name + ("" if section == "annotate" else "".join(f"[{part!r}]" for part in path))
+
+
 def _in_arguments(error: JobError) -> ValueError:
-    """A job-file message in apply_rules' terms: its arguments, not a job file's keys."""
-
-    def argument(match: re.Match) -> str:
-        name = {"annotate": "rules", "rules": "settings", "select": "thresholds"}[match[1]]
-        path = [] if match[1] == "annotate" else match[2].split(".")[1:]
-        return f"key {name}" + "".join(f"[{part!r}]" for part in path)
-
-    return ValueError(_JOB_KEY.sub(argument, str(error).replace(f"{_arguments()}: ", "apply_rules: ", 1)))
+    """A job-file error in apply_rules' terms: its arguments, not a job file's keys."""
+    return ValueError(error.rendered(file="apply_rules", key_name=_argument))
 
 
 def _rules(rules: list[str] | None, settings: dict[str, dict] | None) -> list[Rule]:

@@ -14,7 +14,39 @@ class CorpusError(Exception):
 
 # Job files and runs
 class JobError(CorpusError):
-    """A job file that cannot be run; the message names the file and the key at fault."""
+    """A job file that cannot be run: the file, the key at fault and what is wrong.
+
+    The message is built from those fields, so a caller that stands for a job file in other terms (`apply_rules`'
+    arguments, a `--select` file) renders the same error in its own with `rendered`, never by editing the text.
+    `form`: "key" (`FILE: key 'K': PROBLEM`), "unknown" (`FILE: unknown key 'K'PROBLEM`), "missing"
+    (`FILE: missing required key 'K'`). A message given alone (no file, no key) is the whole message.
+    """
+
+    def __init__(self, problem: str, file: object = None, key: str | None = None, form: str = "key"):
+        self.problem, self.file, self.key, self.form = problem, (str(file) if file else None), key, form
+        self.parts: tuple[JobError, ...] = (self,)
+        super().__init__(self.rendered())
+
+    @classmethod
+    def joined(cls, errors: list[JobError]) -> JobError:
+        """Several mistakes of one file, one per line."""
+        error = cls("\n".join(str(e) for e in errors))
+        error.parts = tuple(errors)
+        return error
+
+    def rendered(self, file: str | None = None, key_name=None) -> str:
+        """The message naming the job file `file` and each key `key_name(key)` (default: `'select.x.y'`)."""
+        if len(self.parts) > 1:
+            return "\n".join(part.rendered(file, key_name) for part in self.parts)
+        where = f"{file or self.file}: " if self.file else ""
+        if self.key is None:
+            return where + self.problem
+        key = key_name(self.key) if key_name else f"'{self.key}'"
+        if self.form == "unknown":
+            return f"{where}unknown key {key}{self.problem}"
+        if self.form == "missing":
+            return f"{where}missing required key {key}"
+        return f"{where}key {key}: {self.problem}"
 
 
 class StaleOutput(JobError):

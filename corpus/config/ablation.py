@@ -292,7 +292,7 @@ def validated_spec(path: Path, data: dict) -> tuple[AblationJob, str]:
     try:
         spec = AblationJob.model_validate({**data, "variants": variants})
     except ValidationError as exc:
-        raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
+        raise JobError.joined([_format_error(path, e) for e in exc.errors()]) from None
     if not spec.variants and not auto:
         raise JobError(f'{path}: no variants: add [variants.NAME] tables, or [variants] auto = "leave_one_out"')
     if not spec.references and not spec.evaluation.tasks:

@@ -89,7 +89,8 @@ INTERNAL_FIELDS = (
 )
 
 
-def _format_error(path: Path, error: dict) -> str:
+def _format_error(path: Path, error: dict) -> JobError:
+    """One pydantic error as a `JobError` naming `path` and the key."""
     key = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         section_model = Job
@@ -98,12 +99,12 @@ def _format_error(path: Path, error: dict) -> str:
         known = [k for k in section_model.model_fields if k not in INTERNAL_FIELDS]
         close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-        return f"{path}: unknown key '{key}'{hint}"
+        return JobError(hint, path, key, form="unknown")
     if error["type"] == "missing":
-        return f"{path}: missing required key '{key}'"
+        return JobError("", path, key, form="missing")
     if error["type"] == "value_error":  # a section's own check: its message says what it got
-        return f"{path}: key '{key}': {error['ctx']['error']}"
-    return f"{path}: key '{key}': {error['msg']} (got {error.get('input')!r})"
+        return JobError(str(error["ctx"]["error"]), path, key)
+    return JobError(f"{error['msg']} (got {error.get('input')!r})", path, key)
 
 
 def read_toml(path: Path) -> tuple[dict, bytes]:
@@ -121,7 +122,7 @@ def parse_toml(raw_bytes: bytes, path: Path | str) -> dict:
     try:
         return tomllib.loads(raw_bytes.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise JobError(f"{path}: not valid TOML: {exc}") from exc
+        raise JobError(f"not valid TOML: {exc}", path) from exc
 
 
 def load_job(path: str | Path, output: str | None = None, with_inputs: bool = True) -> Job:
@@ -140,17 +141,17 @@ def job_from_data(
     its settings), its inputs neither listed nor checked: they may be gone, or remote."""
     for internal in INTERNAL_FIELDS:
         if internal in data:
-            raise JobError(f"{path}: unknown key '{internal}'")
+            raise JobError("", path, internal, form="unknown")
     try:
         job = Job.model_validate(data)
     except ValidationError as exc:
-        raise JobError("\n".join(_format_error(path, e) for e in exc.errors())) from None
+        raise JobError.joined([_format_error(path, e) for e in exc.errors()]) from None
     if job.tokenize.tokenizer:
         tokenizer = resolve_path(job.tokenize.tokenizer, path.parent)
         try:
             load_once(TextTokenizer, tokenizer, job.tokenize.separator)  # the driver keeps it for the manifest
         except TokenizerError as exc:
-            raise JobError(f"{path}: key 'tokenize.tokenizer': {exc}") from None
+            raise JobError(file=path, key="tokenize.tokenizer", problem=str(exc)) from None
         job = job.model_copy(update={"tokenize": job.tokenize.model_copy(update={"tokenizer": tokenizer})})
     if job.exclude:
         exclude = resolve_path(job.exclude, path.parent)
@@ -166,7 +167,7 @@ def job_from_data(
             try:
                 check_header(fh.read(64), lid)
             except ModelFileError as exc:
-                raise JobError(f"{path}: key 'extract.lid_model': {exc}") from None
+                raise JobError(file=path, key="extract.lid_model", problem=str(exc)) from None
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
     _check_languages(job, rule_settings, path)
@@ -214,8 +215,10 @@ def check_language_codes(asked: dict[str, list[str]], lid_model: str, path: Path
             close = difflib.get_close_matches(unknown[0].lower(), labels, n=1) or [unknown[0].lower()[:2]]
             hint = f"did you mean {close[0]!r}? " if close[0] in labels else ""
             raise JobError(
-                f"{path}: key '{key}': {', '.join(map(repr, unknown))} is not a language the language-ID model "
-                f"answers; {hint}it answers lower-case codes such as en, de, fr, es, zh ({len(labels)} in all)"
+                file=path,
+                key=key,
+                problem=f"{', '.join(map(repr, unknown))} is not a language the language-ID model "
+                f"answers; {hint}it answers lower-case codes such as en, de, fr, es, zh ({len(labels)} in all)",
             )
 
 
@@ -236,7 +239,7 @@ def _check_rule_names(path: Path, key: str, names, registry: dict) -> None:
         if name not in registry:
             close = difflib.get_close_matches(name, list(registry), n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known rules: {', '.join(registry)}"
-            raise JobError(f"{path}: key '{key}': unknown rule '{name}' ({hint})")
+            raise JobError(file=path, key=key, problem=f"unknown rule '{name}' ({hint})")
 
 
 def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], tuple]:
@@ -254,8 +257,9 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     for name in job.tokenize.modifiers or []:
         if name not in modifiers:
             raise JobError(
-                f"{path}: key 'tokenize.modifiers': '{name}' is not a computed modifier "
-                f"(computed modifiers: {', '.join(modifiers) or 'none'})"
+                file=path,
+                key="tokenize.modifiers",
+                problem=f"'{name}' is not a computed modifier (computed modifiers: {', '.join(modifiers) or 'none'})",
             )
     return settings, tuple(thresholds)
 
@@ -290,14 +294,15 @@ def resolve_rule_settings(names: list[str] | None, rules: dict[str, dict], path:
             for error in errors:
                 if error["type"] == "extra_forbidden":
                     known = ", ".join(options_model.model_fields) or "none"
-                    messages.append(f"{path}: unknown key '{'.'.join(map(str, error['loc']))}' (known keys: {known})")
+                    key = ".".join(map(str, error["loc"]))
+                    messages.append(JobError(f" (known keys: {known})", path, key, form="unknown"))
                 else:
                     messages.append(_format_error(path, error))
-            raise JobError("\n".join(messages)) from None
+            raise JobError.joined(messages) from None
         try:
             registry[name].check(options)
         except ValueError as exc:
-            raise JobError(f"{path}: key 'rules.{name}': {exc}") from None
+            raise JobError(file=path, key=f"rules.{name}", problem=str(exc)) from None
         settings.append((name, options.model_dump()))
     return tuple(settings)
 
@@ -312,42 +317,49 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
     select = dict(select)
     selected = select.pop("rules", names)
     if not isinstance(selected, list) or not all(isinstance(n, str) for n in selected):
-        raise JobError(f"{path}: key 'select.rules': expected a list of rule names")
+        raise JobError(file=path, key="select.rules", problem="expected a list of rule names")
     _check_rule_names(path, "select.rules", selected, registry)
     for name in selected:
         if name not in names:
-            raise JobError(f"{path}: key 'select.rules': rule '{name}' is not computed (add it to annotate.rules)")
+            raise JobError(
+                file=path, key="select.rules", problem=f"rule '{name}' is not computed (add it to annotate.rules)"
+            )
     _check_rule_names(path, "select", select, registry)
     thresholds = []
     for name in selected:
         rule = registry[name]
         overrides = select.pop(name, {})
         if not isinstance(overrides, dict):
-            raise JobError(f"{path}: key 'select.{name}': expected a table of SIGNAL.min / SIGNAL.max")
+            raise JobError(file=path, key=f"select.{name}", problem="expected a table of SIGNAL.min / SIGNAL.max")
         signals = {signal.name: signal for signal in rule.signals}
         bounds = {signal: dict(b) for signal, b in rule.defaults.items()}
         for signal_name, given in overrides.items():
             key = f"select.{name}.{signal_name}"
             if signal_name not in signals:
                 raise JobError(
-                    f"{path}: key '{key}': rule {name} has no signal '{signal_name}' (signals: {', '.join(signals)})"
+                    file=path,
+                    key=key,
+                    problem=f"rule {name} has no signal '{signal_name}' (signals: {', '.join(signals)})",
                 )
             if not isinstance(given, dict) or not set(given) <= {"min", "max", "min_quantile", "max_quantile"}:
-                raise JobError(f"{path}: key '{key}': expected min, max, min_quantile or max_quantile, got {given!r}")
+                raise JobError(
+                    file=path, key=key, problem=f"expected min, max, min_quantile or max_quantile, got {given!r}"
+                )
             is_bool = pa.types.is_boolean(signals[signal_name].type)
             for bound, value in given.items():
                 numeric = isinstance(value, int | float) and not isinstance(value, bool)
                 if bound.endswith("_quantile"):
                     if is_bool or not numeric or not 0 <= value <= 1:
                         raise JobError(
-                            f"{path}: key '{key}.{bound}': expected a number from 0 to 1 on a numeric "
-                            f"signal, got {value!r}"
+                            file=path,
+                            key=f"{key}.{bound}",
+                            problem=f"expected a number from 0 to 1 on a numeric signal, got {value!r}",
                         )
                 elif (isinstance(value, bool) if is_bool else numeric) is False:
                     expected = "true or false" if is_bool else "a number"
-                    raise JobError(f"{path}: key '{key}.{bound}': expected {expected}, got {value!r}")
+                    raise JobError(file=path, key=f"{key}.{bound}", problem=f"expected {expected}, got {value!r}")
                 else:
-                    _check_in_range(signals[signal_name], f"{path}: key '{key}.{bound}'", bound, value)
+                    _check_in_range(signals[signal_name], path, f"{key}.{bound}", bound, value)
             bounds.setdefault(signal_name, {}).update(given)
             merged = bounds[signal_name]
             for low, high in (("min", "max"), ("min_quantile", "max_quantile")):
@@ -357,8 +369,9 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
                         for bound in (low, high)
                     )
                     raise JobError(
-                        f"{path}: key '{key}': {low_said} is above {high_said}: no document could pass; "
-                        f"lower {low} or raise {high}"
+                        file=path,
+                        key=key,
+                        problem=f"{low_said} is above {high_said}: no document could pass; lower {low} or raise {high}",
                     )
         for signal in rule.signals:
             given = bounds.get(signal.name, {})
@@ -371,22 +384,24 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
         unselected = next(iter(select))
         if unselected not in names:
             raise JobError(
-                f"{path}: key 'select.{unselected}': rule '{unselected}' is not computed; add it to annotate.rules "
-                "(or remove its thresholds)"
+                file=path,
+                key=f"select.{unselected}",
+                problem=f"rule '{unselected}' is not computed; add it to annotate.rules (or remove its thresholds)",
             )
-        raise JobError(f"{path}: key 'select.{unselected}': rule '{unselected}' is not in select.rules; add it there")
+        raise JobError(
+            file=path, key=f"select.{unselected}", problem=f"rule '{unselected}' is not in select.rules; add it there"
+        )
     return selected, thresholds
 
 
-def _check_in_range(signal, where: str, bound: str, value: float) -> None:
+def _check_in_range(signal, path: Path, key: str, bound: str, value: float) -> None:
     """A threshold no document can pass (a min above the signal's largest value, a max below 0 for a signal that
     has one) is refused at load, not found after a run that dropped everything."""
     if signal.most is None or (bound == "min" and value <= signal.most) or (bound == "max" and value >= 0):
         return
     hint = f"; did you mean {value / 100:g}?" if bound == "min" and 0 <= value / 100 <= signal.most else ""
-    raise JobError(
-        f"{where}: {value!r} drops every document: {signal.name} is from 0 to {signal.most:g} ({signal.meaning}){hint}"
-    )
+    problem = f"{value!r} drops every document: {signal.name} is from 0 to {signal.most:g} ({signal.meaning}){hint}"
+    raise JobError(problem, path, key)
 
 
 def _check_prefilter(job: Job, path: Path, registry: dict, selected: list[str], thresholds: list) -> None:
@@ -396,14 +411,20 @@ def _check_prefilter(job: Job, path: Path, registry: dict, selected: list[str], 
         if registry[name].reads_text:
             readers = [n for n, rule in registry.items() if not rule.reads_text]
             raise JobError(
-                f"{path}: key 'prefilter.rules': rule '{name}' reads the text, which only exists after extraction "
-                f"(rules that read no text: {', '.join(readers) or 'none'})"
+                file=path,
+                key="prefilter.rules",
+                problem=f"rule '{name}' reads the text, which only exists after extraction "
+                f"(rules that read no text: {', '.join(readers) or 'none'})",
             )
         if name not in selected:
-            raise JobError(f"{path}: key 'prefilter.rules': rule '{name}' is not selected on (add it to select.rules)")
+            raise JobError(
+                file=path, key="prefilter.rules", problem=f"rule '{name}' is not selected on (add it to select.rules)"
+            )
         for threshold in thresholds:
             if threshold.rule == name and threshold.quantile is not None:
                 raise JobError(
-                    f"{path}: key 'select.{threshold.column}': a quantile threshold needs the whole corpus, so rule "
-                    f"'{name}' cannot run before extraction; give a fixed min/max or remove it from prefilter.rules"
+                    file=path,
+                    key=f"select.{threshold.column}",
+                    problem=f"a quantile threshold needs the whole corpus, so rule "
+                    f"'{name}' cannot run before extraction; give a fixed min/max or remove it from prefilter.rules",
                 )

@@ -28,8 +28,9 @@ def with_per_language(thresholds: list, languages_path: str, selected: list[str]
         return thresholds
     if "language" not in selected:
         raise JobError(
-            f"{path}: key 'select.per_language': thresholds per language need the language rule; add 'language' "
-            "to annotate.rules and select.rules"
+            file=path,
+            key="select.per_language",
+            problem="thresholds per language need the language rule; add 'language' to annotate.rules and select.rules",
         )
     return list(_merged(tuple(thresholds), languages_path, tuple(selected)))
 
@@ -47,18 +48,19 @@ def per_language_path(given: Any, path: Path) -> str:
     if not given:
         return ""
     if not isinstance(given, str):
-        raise JobError(f"{path}: key 'select.per_language': expected \"fineweb2\" or a path, got {given!r}")
+        raise JobError(file=path, key="select.per_language", problem=f'expected "fineweb2" or a path, got {given!r}')
     try:
         resolved = resolve_settings_path(given, path.parent)
         load_once(load_language_settings, resolved)
     except ValueError as exc:
-        raise JobError(f"{path}: key 'select.per_language': {exc}") from None
+        raise JobError(file=path, key="select.per_language", problem=str(exc)) from None
     missing = [s for s in missing_segmenters() if s.in_extra]
     if missing:
         names = ", ".join(f"{s.requirement} ({s.language})" for s in missing)
         raise JobError(
-            f"{path}: key 'select.per_language': FineWeb-2 splits words with segmenters that are not installed: "
-            f"{names}; {EXTRA}"
+            file=path,
+            key="select.per_language",
+            problem=f"FineWeb-2 splits words with segmenters that are not installed: {names}; {EXTRA}",
         )
     return resolved
 

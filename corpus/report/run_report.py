@@ -80,7 +80,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         try:  # the job's own paths stay relative to the job file; a mistake in [select] names the select file
             _, thresholds = resolve_rules(job.model_copy(update={"select": merged(job.select, select)}), job_file)
         except JobError as exc:
-            raise JobError(str(exc).replace(str(job_file), str(select_path))) from None
+            raise JobError(exc.rendered(file=str(select_path))) from None
         job = job.model_copy(update={"thresholds": thresholds})
     shard_ids = [shard.id for shard in make_plan(job).shards]  # the run's stored plan: no input is read
     thresholds = resolve_quantiles(job, shard_ids)
