@@ -99,8 +99,8 @@ def _zip_members(path: str, limit: int):
 
 def _dataset_documents(path: str, fmt: str, limit: int, dataset):
     """The first `limit` documents of a dataset file, read as a run reads it; reads no further."""
-    from corpus.config.inputs import dataset_columns_problem
     from corpus.engine.input_stream import InputStream
+    from corpus.engine.inputs import dataset_columns_problem
     from corpus.stages.dataset import DatasetOptions, read_dataset
     from corpus.stages.dataset_columns import input_columns
 
@@ -157,7 +157,7 @@ def rules_try(args: argparse.Namespace) -> int:
         return 2
     settings, select, dataset = {}, {}, None
     if args.job:
-        job = load_job(args.job, with_inputs=False)  # its rules' settings and [dataset] table, not its inputs
+        job = load_job(args.job)  # its rules' settings and [dataset] table
         dataset = job.dataset
         settings = dict(job.rule_settings).get(args.rule, {})
         own = {args.rule: job.select[args.rule]} if args.rule in job.select else {}

@@ -14,6 +14,7 @@ from conftest import real_documents, write_job
 from corpus.api import apply_rules
 from corpus.config.job import load_job
 from corpus.engine import run_job
+from corpus.engine.inputs import job_inputs
 from corpus.errors import JobError
 
 MAPPING = '[dataset]\ntext = "body"\nid = "doc_id"\nurl = "link"\n'
@@ -194,10 +195,13 @@ def test_inputs_with_other_columns_and_their_own_mappings_store_one_dataset_ever
         assert len(table) == 90 and list(names) == stored.column_names, reader
     assert read["polars"]["topic"].null_count() == 60
     # read back without its inputs (a report, an ablation's variants), the run keys its shards as it made them
+    from corpus.engine import RunFolder
+    from corpus.engine.export import job_of_run
     from corpus.engine.plan import make_plan
     from corpus.engine.shards import shard_key
 
-    made, read_back = make_plan(job), make_plan(load_job(tmp_path / "test.toml", with_inputs=False))
+    run = RunFolder(str(tmp_path / "out"))
+    made, read_back = make_plan(job), make_plan(job_of_run(run, run.stats()))
     assert read_back.options.input_schema == made.options.input_schema != b""
     assert shard_key(read_back.options) == shard_key(made.options)
 
@@ -207,7 +211,7 @@ def test_a_per_input_mapping_that_matches_no_input_is_refused_at_load(documents,
     own = '[dataset.per_input."forum-*.jsonl"]\ntext = "content"\n'
     job = write_job(tmp_path, [str(tmp_path / "docs.parquet")], tmp_path / "out", MAPPING + own)
     with pytest.raises(JobError, match=r"key 'dataset.per_input.forum-\*.jsonl': no input's path ends in this glob"):
-        load_job(job)
+        job_inputs(load_job(job))
 
 
 def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(documents, tmp_path):
@@ -215,23 +219,23 @@ def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(
     job = write_job(tmp_path, [str(tmp_path / "docs.parquet")], tmp_path / "out")
     with pytest.raises(JobError, match=r"docs.parquet has no column for dataset.text = 'text'; its columns are: "
                        r"doc_id, body, link, crawl"):  # fmt: skip
-        load_job(job)
+        job_inputs(load_job(job))
     (tmp_path / "lines.jsonl").write_text(json.dumps({"content": "x"}) + "\n")
     job = write_job(tmp_path, [str(tmp_path / "lines.jsonl")], tmp_path / "out", MAPPING)
     with pytest.raises(
         JobError, match=r"lines.jsonl has no column for dataset.text = 'body'; its columns are: content"
     ):
-        load_job(job)
+        job_inputs(load_job(job))
     (tmp_path / "folder").mkdir()
     job = write_job(tmp_path, [str(tmp_path / "folder")], tmp_path / "out")
     with pytest.raises(JobError, match="is a folder but not a Hugging Face dataset"):
-        load_job(job)
+        job_inputs(load_job(job))
     as_numbers = documents.slice(0, 5).append_column("length", pc.utf8_length(documents.slice(0, 5).column("body")))
     pq.write_table(as_numbers, tmp_path / "numbers.parquet")
     job = write_job(tmp_path, [str(tmp_path / "numbers.parquet")], tmp_path / "out", '[dataset]\ntext = "length"\n')
     refused = r"key 'dataset.text': column 'length' of .*numbers.parquet holds int32, not text; set dataset.text to "
     with pytest.raises(JobError, match=refused + r"a string column \(its string columns: doc_id, body, link\)$"):
-        load_job(job)
+        job_inputs(load_job(job))
 
 
 def test_dictionary_encoded_texts_are_read_a_column_of_lists_is_counted_and_a_null_id_gets_its_position():

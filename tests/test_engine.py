@@ -14,9 +14,9 @@ import pytest
 from conftest import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
+from corpus.config.keys import cache_key
 from corpus.engine import run_job
 from corpus.engine.corpus_rules import buckets_of
-from corpus.engine.keys import cache_key
 from corpus.engine.plan import make_plan
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.tasks import DryRunner, InlineRunner, Task, run_phase
@@ -44,7 +44,7 @@ def test_what_a_task_ships_does_not_grow_with_the_number_of_inputs(tmp_path):
     sizes = {}
     for count in (10, 5_000):
         plan = make_plan(_job_over(tmp_path, count))
-        assert len(plan.shards) == count and plan.options.resolved_inputs == ()
+        assert len(plan.shards) == count
         runner = DryRunner()
         key = shard_key(plan.options)
         reports = run_phase(runner, plan.options, (shard_task(s, key, None) for s in plan.shards), {})

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from corpus.cli import main
 from corpus.config.job import Job, load_job
+from corpus.engine.inputs import job_inputs
 from corpus.errors import JobError
 from corpus.sample.generate import SAMPLE_PATH
 
@@ -133,10 +134,10 @@ def test_a_glob_takes_the_files_it_matches_not_the_folders(tmp_path):
     shutil.copy(SAMPLE_PATH, tmp_path / "crawl" / "a.warc.gz")
     job = tmp_path / "glob.toml"
     job.write_text(f'name = "t"\ninputs = ["{tmp_path}/crawl/*"]\noutput = "out"\n')
-    assert load_job(job).resolved_inputs == (str(tmp_path / "crawl" / "a.warc.gz"),)
+    assert job_inputs(load_job(job)) == (str(tmp_path / "crawl" / "a.warc.gz"),)
     job.write_text(f'name = "t"\ninputs = ["{tmp_path}/crawl/n*"]\noutput = "out"\n')
     with pytest.raises(JobError, match=r"key 'inputs': the glob '.*/crawl/n\*' matches no file$"):
-        load_job(job)
+        job_inputs(load_job(job))
 
 
 def test_an_exclusion_file_without_ids_is_refused_at_load_not_after_extraction(tmp_path):
@@ -147,11 +148,11 @@ def test_an_exclusion_file_without_ids_is_refused_at_load_not_after_extraction(t
     (tmp_path / "broken.parquet").write_bytes(b"hello")
     with pytest.raises(JobError, match=r"key 'exclude': .*takedowns.parquet has no `id` column \(its columns: doc\); "
                        r"give the ids of the documents to drop in a column named id$"):  # fmt: skip
-        load_job(job_file(tmp_path, 'exclude = "takedowns.parquet"\n'))
+        job_inputs(load_job(job_file(tmp_path, 'exclude = "takedowns.parquet"\n')))
     with pytest.raises(
         JobError, match=r"key 'exclude': cannot read .*broken.parquet as Parquet: Parquet file size is 5"
     ):
-        load_job(job_file(tmp_path, 'exclude = "broken.parquet"\n'))
+        job_inputs(load_job(job_file(tmp_path, 'exclude = "broken.parquet"\n')))
     pq.write_table(pa.table({"id": ["a"]}), tmp_path / "takedowns.parquet")
     assert load_job(job_file(tmp_path, 'exclude = "takedowns.parquet"\n')).exclude == str(
         tmp_path / "takedowns.parquet"
@@ -187,20 +188,20 @@ def test_missing_inputs_and_required_keys(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('name = "t"\ninputs = ["nowhere/*.warc.gz"]\noutput = "out"\n')
     with pytest.raises(JobError, match="the glob .*nowhere/\\*.warc.gz' matches no file"):
-        load_job(path)
+        job_inputs(load_job(path))
     path.write_text('name = "t"\ninputs = ["missing.warc.gz"]\noutput = "out"\n')
     with pytest.raises(JobError) as missing:
-        load_job(path)
+        job_inputs(load_job(path))
     assert str(missing.value) == (  # resolved from the job file's folder, not the working directory: said so
         f"{path}: key 'inputs': no such file '{tmp_path / 'missing.warc.gz'}' (relative paths are read from the job "
         "file's folder)"
     )
     path.write_text(f'name = "t"\ninputs = ["{SAMPLE_PATH}"]\n')
     with pytest.raises(JobError, match="missing required key 'output'"):
-        load_job(path)
+        job_inputs(load_job(path))
     path.write_text("name = [")
     with pytest.raises(JobError, match="not valid TOML"):
-        load_job(path)
+        job_inputs(load_job(path))
 
 
 def test_relative_paths_resolve_against_the_job_file(tmp_path, monkeypatch):
@@ -210,7 +211,7 @@ def test_relative_paths_resolve_against_the_job_file(tmp_path, monkeypatch):
     monkeypatch.chdir("/")
     job = load_job(path)
     assert job.output == str(tmp_path / "runs" / "x")
-    assert job.resolved_inputs == (str(SAMPLE_PATH),)
+    assert job_inputs(job) == (str(SAMPLE_PATH),)
     monkeypatch.chdir(tmp_path)
     assert load_job(path, output="elsewhere").output == str(tmp_path / "elsewhere")
 
@@ -223,7 +224,7 @@ def test_inputs_list_with_prefix_and_limit(tmp_path):
         'name = "t"\ninputs_list = "paths.txt"\ninputs_prefix = "https://data.example.org/"\n'
         'max_inputs = 2\noutput = "out"\n'
     )
-    assert load_job(path).resolved_inputs == (
+    assert job_inputs(load_job(path)) == (
         "https://data.example.org/a.warc.gz",
         "https://data.example.org/b.warc.gz",
     )
@@ -245,7 +246,7 @@ def test_shipped_job_files_are_valid():
             validated_spec(path, tomllib.loads(path.read_text()))
         else:
             Job.model_validate(tomllib.loads(path.read_text()))
-    assert load_job(REPO / "jobs" / "sample.toml").resolved_inputs == (str(SAMPLE_PATH),)
+    assert job_inputs(load_job(REPO / "jobs" / "sample.toml")) == (str(SAMPLE_PATH),)
     sample = load_ablation(REPO / "jobs" / "ablation_sample.toml")
     assert list(sample.variants) == ["unfiltered", "rules", "rules_dedup"] and sample.baseline == "unfiltered"
     assert [job.dedup.steps for job in sample.variants.values()] == [[], [], ["url", "exact", "minhash"]]

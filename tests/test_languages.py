@@ -162,7 +162,7 @@ def test_a_per_language_job_takes_fineweb2s_thresholds(tmp_path):
 
     configs = shared(CONFIGS)
     job = load_job(
-        write_job(tmp_path, [], tmp_path / "out", job_text(f'per_language = "{configs}"')), with_inputs=False
+        write_job(tmp_path, [], tmp_path / "out", job_text(f'per_language = "{configs}"'))
     )
     by_reason = {t.reason: t for t in job.thresholds}
     mandarin = dict(by_reason["language.score.min"].by_language)
@@ -191,7 +191,7 @@ def test_per_language_mistakes_are_refused_with_the_fix(tmp_path, monkeypatch, s
     if annotate:
         text = text.replace('["language", "gopher_repetition", "gopher_quality", "fineweb"]', annotate)
     with pytest.raises(JobError, match="key 'select.per_language'") as refused:
-        load_job(write_job(tmp_path, [], tmp_path / "out", text), with_inputs=False)
+        load_job(write_job(tmp_path, [], tmp_path / "out", text))
     assert said in str(refused.value)
 
 
@@ -204,9 +204,9 @@ def test_fineweb2_names_the_configs_in_the_environment_and_needs_the_segmenters(
     path = write_job(tmp_path, [], tmp_path / "out", job_text('per_language = "fineweb2"'))
     monkeypatch.setattr(per_language, "missing_segmenters", lambda: [SEGMENTERS["Thai"]])
     with pytest.raises(JobError, match=r"not installed: pythainlp \(Thai\); pip install 'corpus\[languages\]'"):
-        load_job(path, with_inputs=False)
+        load_job(path)
     monkeypatch.setattr(per_language, "missing_segmenters", lambda: [])
-    assert any(t.by_language for t in load_job(path, with_inputs=False).thresholds)
+    assert any(t.by_language for t in load_job(path).thresholds)
 
 
 def test_a_glotlid_format_model_labels_documents_with_their_keys(tmp_path):

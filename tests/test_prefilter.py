@@ -242,7 +242,7 @@ def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extractio
 
 
 def test_what_runs_before_extraction_is_part_of_the_shard_fingerprint(tmp_path):
-    from corpus.engine.keys import fingerprint
+    from corpus.config.keys import fingerprint
 
     def job_with(extra: str):
         return load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", SAMPLE_RULES + extra))
@@ -254,7 +254,7 @@ def test_what_runs_before_extraction_is_part_of_the_shard_fingerprint(tmp_path):
 
 
 def test_a_new_pre_pass_makes_the_shards_of_the_old_one_stale(tmp_path, monkeypatch):
-    from corpus.engine.keys import fingerprint
+    from corpus.config.keys import fingerprint
     from corpus.stages import extract
 
     def fingerprints(extra: str) -> tuple[str, str]:

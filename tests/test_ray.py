@@ -24,8 +24,8 @@ shard_files = faults.shard_hashes
 
 def test_sigkill_of_the_driver_then_rerun_equals_a_clean_run(clean_run, tmp_path):
     job, clean_stats, clean_out = clean_run
-    result = faults.kill_driver(list(job.resolved_inputs), tmp_path)
-    assert 2 <= result["done_at_kill"] < len(job.resolved_inputs), "the kill must land half-way"
+    result = faults.kill_driver(list(job.inputs), tmp_path)
+    assert 2 <= result["done_at_kill"] < len(job.inputs), "the kill must land half-way"
     assert result["exit_code"] == 0
     stats = json.loads((result["out"] / "stats.json").read_text())
     assert stats["shards"]["skipped_complete"] >= result["done_at_kill"]
@@ -49,7 +49,7 @@ def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run,
     from ray.cluster_utils import Cluster
 
     job, _, clean_out = clean_run
-    small = [s for s in job.resolved_inputs if "aut" not in s and "ipwb" not in s]  # keep it quick
+    small = [s for s in job.inputs if "aut" not in s and "ipwb" not in s]  # keep it quick
     dedup = '[annotate]\nrules = ["gopher_quality"]\n[dedup]\nsteps = ["url", "exact", "minhash"]\npartitions = 4\n'
     sample = sample_in_two_shards(tmp_path)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -76,7 +76,7 @@ def test_two_node_cluster_gives_the_same_documents_and_dedup_clusters(clean_run,
 
 def test_a_worker_killed_mid_shard_is_retried_and_the_output_equals_a_clean_run(clean_run, tmp_path):
     job, clean_stats, clean_out = clean_run
-    result = faults.kill_worker(list(job.resolved_inputs), tmp_path)
+    result = faults.kill_worker(list(job.inputs), tmp_path)
     assert result["killed"] is not None, "no shard task was seen running"
     stats = result["stats"]
     assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
@@ -85,10 +85,10 @@ def test_a_worker_killed_mid_shard_is_retried_and_the_output_equals_a_clean_run(
 
 def test_losing_a_node_mid_job_loses_and_doubles_no_shard(clean_run, tmp_path):
     job, clean_stats, clean_out = clean_run
-    result = faults.lose_node(list(job.resolved_inputs), tmp_path)
+    result = faults.lose_node(list(job.inputs), tmp_path)
     stats = result["stats"]
-    assert len(list((result["out"] / "shards").glob("*.json"))) == len(job.resolved_inputs)
-    assert stats["shards"]["complete"] == len(job.resolved_inputs)
+    assert len(list((result["out"] / "shards").glob("*.json"))) == len(job.inputs)
+    assert stats["shards"]["complete"] == len(job.inputs)
     assert not stats["failed_shards"] and stats["totals"] == clean_stats["totals"]
     assert shard_files(result["out"]) == shard_files(clean_out)  # each shard once, byte for byte
 

@@ -16,6 +16,7 @@ from conftest import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import RunFolder, run_job
+from corpus.engine.inputs import job_inputs
 from corpus.errors import JobError, OutputLocked
 
 MAX_REQUESTS = 500  # the server's request loop is bounded: past this it answers 503 to everything
@@ -153,7 +154,7 @@ def test_an_inputs_list_the_server_does_not_have_is_refused_at_load_with_its_ans
     job = tmp_path / "job.toml"
     job.write_text(f'name = "t"\ninputs_list = "{listing}"\noutput = "out"\n')
     with pytest.raises(JobError) as refused:
-        load_job(job)
+        job_inputs(load_job(job))
     assert str(refused.value) == (
         f"{job}: key 'inputs_list': cannot read {listing}: HTTP 404 Not Found; check the address, and that this "
         "machine reaches it"

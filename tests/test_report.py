@@ -300,7 +300,7 @@ def test_export_writes_the_kept_documents_as_the_token_shards_hold_them_in_each_
     read["hf"] = datasets.load_dataset(str(tmp_path / "hf"), split="train").to_list()
     rows = {fmt: {row["id"]: (row["text"], row["gopher_quality.words"]) for row in got} for fmt, got in read.items()}
     assert rows["parquet"] == rows["jsonl"] == rows["hf"] and len(rows["parquet"]) == stats["tokens"]["documents"]
-    job = load_job(REPO / "jobs" / "sample.toml", with_inputs=False)
+    job = load_job(REPO / "jobs" / "sample.toml")
     tokenizer = TextTokenizer(job.tokenize.tokenizer, job.tokenize.separator)
     shards = pq.read_table(out / "tokens" / "shards", columns=["doc_id", "tokens"]).to_pylist()
     held = {row["doc_id"]: row["tokens"][:-1] for row in shards}  # each ends with the separator

@@ -1,6 +1,16 @@
-"""Job files: TOML in, a validated `Job` out (`job`), its inputs resolved and checked (`inputs`)."""
+"""Job files: TOML in, a validated `Job` out (`job`); ablation job files (`ablation`); the keys of both (`keys`)."""
+
+from pathlib import Path
 
 from corpus.errors import JobError
+
+
+def resolve_path(entry: str, base: Path) -> str:
+    """Relative local paths are relative to the job file's folder; URLs are left as they are."""
+    if "://" in entry:
+        return entry
+    path = Path(entry).expanduser()
+    return str(path if path.is_absolute() else (base / path).resolve())
 
 
 def no_such_file(job_file, key: str, resolved: str, what: str = "file") -> JobError:

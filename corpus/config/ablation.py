@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from corpus.config import no_such_file
-from corpus.config.inputs import resolve_path
+from corpus.config import no_such_file, resolve_path
 from corpus.config.job import Job, _format_error, job_from_data, load_job, read_toml
+from corpus.config.keys import annotate_fingerprint
 from corpus.errors import JobError, TaskError, TokenizerError
 from corpus.lab.downstream import check_tasks, tasks_folder
 from corpus.lab.verdicts import FINAL_SHARE, final_window_problem
@@ -185,31 +185,10 @@ class Ablation:
     references: dict[str, str]  # name -> resolved path
     tasks_folder: str  # "" when no task is scored
     tokenizer: str  # the given tokenizer, resolved; "" = trained into the output
-    reused_documents: dict | None = None  # the documents run's stats, where it is reused without its inputs
 
     @property
     def models(self) -> list[ModelOptions]:
         return [self.spec.model, *self.spec.ladder]
-
-
-def _complete_documents_run(path: Path, data: dict, raw_bytes: bytes, unreadable: JobError) -> tuple[Job, dict]:
-    """The documents job without its inputs, and its run's stats, where its inputs cannot be read (deleted after
-    extraction, storage out of reach) but its run is complete for this very job file: a variant only selects over
-    stored signals, so the ablation goes on from them. Otherwise `unreadable` is the answer."""
-    from corpus.engine.run_folder import STATS, RunFolder
-
-    sha256 = hashlib.sha256(raw_bytes).hexdigest()
-    job = job_from_data(data, path, sha256, with_inputs=False)  # a mistake other than its inputs is raised here
-    stats = RunFolder(job.output).read_json(STATS)
-    complete = (
-        stats is not None
-        and stats.get("job_sha256") == sha256
-        and not stats["failed_shards"]
-        and stats["shards"]["complete"] == stats["shards"]["planned"]
-    )
-    if not complete:
-        raise JobError(f"{unreadable}; and {job.output} holds no complete run of this job file to select from")
-    return job, stats
 
 
 def _merged(base: dict, override: dict) -> dict:
@@ -316,7 +295,6 @@ def validated_spec(path: Path, data: dict) -> tuple[AblationJob, str]:
 
 def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
     """Read and validate an ablation job, its documents job and every variant's selection, before anything runs."""
-    from corpus.engine.keys import annotate_fingerprint
 
     path = Path(path)
     data, raw_bytes = read_toml(path)
@@ -343,11 +321,8 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         except TokenizerError as exc:
             raise JobError(f"{path}: key 'tokenizer.path': {exc}") from None
     documents_path = Path(resolve_path(spec.documents, path.parent))
-    base_data, documents_bytes = read_toml(documents_path)
-    try:
-        documents, reused = load_job(documents_path), None
-    except JobError as unreadable:
-        documents, reused = _complete_documents_run(documents_path, base_data, documents_bytes, unreadable)
+    base_data, _ = read_toml(documents_path)
+    documents = load_job(documents_path)
     output = resolve_path(output, Path.cwd()) if output else resolve_path(spec.output, path.parent)
     variant_options, units, baseline = dict(spec.variants), {}, spec.baseline
     if auto:
@@ -390,7 +365,7 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         data["tokenize"] = {"modifiers": list(variant.modifiers)}
         data.pop("exclude", None)
         try:
-            job = job_from_data(data, documents_path, hashlib.sha256(raw_bytes).hexdigest(), with_inputs=False)
+            job = job_from_data(data, documents_path, hashlib.sha256(raw_bytes).hexdigest())
         except JobError as exc:
             raise JobError(f"{path}: variant '{name}' (merged over {documents_path.name}): {exc}") from None
         if annotate_fingerprint(job) != annotate_fingerprint(documents):
@@ -419,5 +394,4 @@ def load_ablation(path: str | Path, output: str | None = None) -> Ablation:
         references=references,
         tasks_folder=folder,
         tokenizer=tokenizer,
-        reused_documents=reused,
     )

@@ -16,8 +16,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import Field, ValidationError
 
-from corpus.config import no_such_file
-from corpus.config.inputs import check_dataset_columns, check_exclusions, expand_inputs, resolve_path
+from corpus.config import no_such_file, resolve_path
 from corpus.config.per_language import split_per_language, with_per_language
 from corpus.errors import JobError, ModelFileError, TokenizerError
 from corpus.rulebook import load_once
@@ -71,17 +70,15 @@ class Job(StageOptions):
     # Filled in by load_job, not by the file.
     source_file: str = ""
     source_sha256: str = ""
-    resolved_inputs: tuple[str, ...] = ()
     rule_settings: tuple[tuple[str, dict], ...] = ()  # (rule name, validated options) in annotate order
     thresholds: tuple = ()  # stages.select.Threshold, in selection order
-    documents_from: str = ""  # another run's output whose documents and signals this job selects (an ablation variant)
+    documents_from: str = ""  # the run whose documents this job selects: an ablation variant's, or a run read back
     input_schema: bytes = b""  # the datasets' own columns every documents file stores (an Arrow schema), from the plan
 
 
 INTERNAL_FIELDS = (
     "source_file",
     "source_sha256",
-    "resolved_inputs",
     "rule_settings",
     "thresholds",
     "documents_from",
@@ -125,20 +122,18 @@ def parse_toml(raw_bytes: bytes, path: Path | str) -> dict:
         raise JobError(f"not valid TOML: {exc}", path) from exc
 
 
-def load_job(path: str | Path, output: str | None = None, with_inputs: bool = True) -> Job:
-    """Read and validate a job file. `output` overrides the file's output folder; `with_inputs`: see
-    `job_from_data`."""
+def load_job(path: str | Path, output: str | None = None) -> Job:
+    """Read and validate a job file; `output` overrides the file's output folder.
+
+    Its inputs are listed and read by the plan (`corpus.engine.plan.make_plan`), not here: a job read back from
+    a finished run, or a rule tried with a job's settings, needs what the file says, not its crawl."""
     path = Path(path)
     data, raw_bytes = read_toml(path)
-    return job_from_data(data, path, hashlib.sha256(raw_bytes).hexdigest(), output, with_inputs)
+    return job_from_data(data, path, hashlib.sha256(raw_bytes).hexdigest(), output)
 
 
-def job_from_data(
-    data: dict, path: Path, source_sha256: str, output: str | None = None, with_inputs: bool = True
-) -> Job:
-    """Validate a job's TOML contents; relative paths are relative to `path`'s folder, errors name `path`.
-    `with_inputs=False`: the job for what it says rather than to run it (a finished run read back, a rule tried with
-    its settings), its inputs neither listed nor checked: they may be gone, or remote."""
+def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None = None) -> Job:
+    """Validate a job's TOML contents; relative paths are relative to `path`'s folder, errors name `path`."""
     for internal in INTERNAL_FIELDS:
         if internal in data:
             raise JobError("", path, internal, form="unknown")
@@ -157,7 +152,6 @@ def job_from_data(
         exclude = resolve_path(job.exclude, path.parent)
         if "://" not in exclude and not Path(exclude).is_file():
             raise no_such_file(path, "exclude", exclude)
-        check_exclusions(exclude, path)
         job = job.model_copy(update={"exclude": exclude})
     if job.extract.lid_model:
         lid = resolve_path(job.extract.lid_model, path.parent)
@@ -171,10 +165,6 @@ def job_from_data(
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
     rule_settings, thresholds = resolve_rules(job, path)
     _check_languages(job, rule_settings, path)
-    inputs = ()
-    if with_inputs:
-        inputs = expand_inputs(job, path)
-        check_dataset_columns(job.dataset, path, inputs)
     return job.model_copy(
         update={
             "rule_settings": rule_settings,
@@ -183,7 +173,6 @@ def job_from_data(
             "output": resolve_path(output, Path.cwd()) if output else resolve_path(job.output, path.parent),
             "source_file": str(path.resolve()),
             "source_sha256": source_sha256,
-            "resolved_inputs": inputs,
         }
     )
 

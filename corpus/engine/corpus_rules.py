@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from corpus.config.job import Job
-from corpus.engine.keys import annotate_fingerprint, cache_key
+from corpus.config.keys import annotate_fingerprint, cache_key
 from corpus.engine.plan import Shard, corpus_rules, documents_folder, planned_shard_ids
 from corpus.engine.run_folder import (
     RunFolder,

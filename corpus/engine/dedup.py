@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.config.job import Job
-from corpus.engine.keys import cache_key
+from corpus.config.keys import cache_key
 from corpus.engine.plan import Shard, documents_folder, planned_shard_ids
 from corpus.engine.progress import counted
 from corpus.engine.run_folder import (

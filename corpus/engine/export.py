@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from corpus.config.inputs import resolve_path
+from corpus.config import resolve_path
 from corpus.config.job import Job, job_from_data, parse_toml, read_toml
 from corpus.engine.corpus_rules import buckets_of, combined_summaries
 from corpus.engine.plan import corpus_rules, make_plan
@@ -53,7 +53,8 @@ def job_of_run(run: RunFolder, stats: dict) -> Job:
     data = parse_toml(raw, job_file)
     if "variants" in data and "documents" in data:  # an ablation's variant: its job is the ablation file
         raise JobError(variant_run_message(run.url, job_file, data))
-    return job_from_data(data, job_file, stats["job_sha256"], run.url, with_inputs=False)
+    job = job_from_data(data, job_file, stats["job_sha256"], run.url)
+    return job.model_copy(update={"documents_from": run.url})  # its plan is the one the run stored
 
 
 def variant_run_message(url: str, ablation_file: Path, ablation: dict) -> str:

@@ -1,7 +1,7 @@
 """The plan: made once on the driver from a job, frozen, and what every task is given by reference.
 
 A task never receives the job as the user wrote it (with its input list, 90,000 paths for a Common Crawl
-snapshot): it receives `Plan.options`, the job without its inputs, once per worker node, and its own `Task`.
+snapshot): it receives `Plan.options`, the job as validated, once per worker node, and its own `Task`.
 The list of shards is written to the run folder (`plan.parquet`) for the few tasks that need to map a document
 reference (shard ordinal, row) back to a shard.
 """
@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.config.job import Job
+from corpus.config.keys import annotate_fingerprint
 from corpus.engine.input_stream import InputStream, input_identity
-from corpus.engine.keys import annotate_fingerprint
+from corpus.engine.inputs import job_inputs
 from corpus.engine.run_folder import PLAN, RunFolder
 from corpus.errors import DatasetError, JobError
 from corpus.rulebook import CorpusRule, Rule, discover
@@ -49,7 +50,7 @@ class Shard:
 
 @dataclass(frozen=True)
 class Plan:
-    options: Job  # the job without its input list
+    options: Job  # the job as validated; its inputs are the shards
     shards: tuple[Shard, ...]
 
 
@@ -90,16 +91,16 @@ def input_parts(source: str, options: DatasetOptions) -> tuple[list[tuple[int, i
 
 
 def make_plan(job: Job) -> Plan:
-    """The job's shards: one per input, or per part of a large dataset input, and the datasets' own columns in one
-    schema (`Job.input_schema`). A job that selects from another run's documents (an ablation variant), or that
-    was loaded without its inputs (a finished run read back: a job always has inputs, so none resolved means none
-    were read), has the shards its documents run planned."""
-    if job.documents_from or not job.resolved_inputs:
+    """The job's shards: one per input, or per part of a large dataset input, and the datasets' own columns.
+
+    Inputs are listed and checked here (`job_inputs`), once per run. A job that selects from a run's documents (an
+    ablation variant, a finished run read back) has the shards that run planned, and reads no input."""
+    if job.documents_from:
         shards, input_schema = stored_plan(documents_folder(job))
         return Plan(options=job.model_copy(update={"input_schema": input_schema}), shards=shards)
     shards = []
     fields_by_input = {}
-    for source in job.resolved_inputs:
+    for source in job_inputs(job):
         parts, fields = input_parts(source, job.dataset.for_source(source))
         if job.read.limit:  # the first rows of each input: one task reads them
             parts = [None]
@@ -113,7 +114,7 @@ def make_plan(job: Job) -> Plan:
     except DatasetError as exc:
         raise JobError(f"{job.source_file}: key 'inputs': {exc}") from None
     schema = pa.schema(unified).serialize().to_pybytes() if unified else b""
-    return Plan(options=job.model_copy(update={"resolved_inputs": (), "input_schema": schema}), shards=tuple(shards))
+    return Plan(options=job.model_copy(update={"input_schema": schema}), shards=tuple(shards))
 
 
 def input_schema_fields(job: Job) -> list[pa.Field]:

@@ -16,11 +16,11 @@ import socket
 import time
 
 from corpus.config.job import Job
+from corpus.config.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine import corpus_rules as corpus_phase
 from corpus.engine import dedup as dedup_phase
 from corpus.engine import tokens as tokens_phase
 from corpus.engine.input_stream import input_identity
-from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
 from corpus.engine.progress import RunProgress, counted, log_line
 from corpus.engine.ray_reaper import watch
@@ -223,7 +223,7 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
+        self.started = self._last = time.perf_counter()
 
     def lap(self, phase: str) -> None:
         now = time.perf_counter()
@@ -236,19 +236,19 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None, verbose: bool 
     own logs reach the terminal."""
     if use_ray and os.environ.get("RAY_ADDRESS"):
         ensure_ray(verbose)  # a cluster that does not answer is refused before the output folder is touched
+    clock = PhaseClock()
+    plan = make_plan(job)  # inputs listed and checked before the output folder is touched
     folder = RunFolder(job.output)
     folder.lock()
     try:
-        return _run(job, folder, use_ray, progress_stream, verbose)
+        return _run(job, plan, folder, clock, use_ray, progress_stream, verbose)
     finally:
         folder.unlock()
 
 
-def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: bool) -> dict:
-    started = time.perf_counter()
-    clock = PhaseClock()
+def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bool, progress_stream, verbose: bool
+         ) -> dict:  # fmt: skip
     folder.remove_temporaries()
-    plan = make_plan(job)
     options = plan.options
     plan_key = cache_key("plan", [shard.id for shard in plan.shards])
     stored = _stored_reports(plan)  # refuses a folder holding another job's run: nothing of it is overwritten
@@ -357,7 +357,7 @@ def _run(job: Job, folder: RunFolder, use_ray: bool, progress_stream, verbose: b
         clock.lap("tokenize")
 
     ordered = [reports[shard_id] for shard_id in sorted(reports)]
-    wall = time.perf_counter() - started
+    wall = time.perf_counter() - clock.started
     stats = summarize(options, ordered, selections, failed, wall, thresholds, tokenized, emptied, chars)
     stats["runners"] = {"extract": runners.where(extractor), "select onwards": runners.where(runner)}
     stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where

@@ -93,6 +93,20 @@ class RunFolder:
         data = self.read_bytes(relative)
         return None if data is None else json.loads(data)
 
+    def stats(self) -> dict | None:
+        """The run's `stats.json`: what its last finished start counted; None before one finished."""
+        return self.read_json(STATS)
+
+    def is_complete_run_of(self, job_sha256: str) -> bool:
+        """The folder holds a finished run of the job file with this hash, every planned shard complete."""
+        stats = self.stats()
+        return (
+            stats is not None
+            and stats.get("job_sha256") == job_sha256
+            and not stats["failed_shards"]
+            and stats["shards"]["complete"] == stats["shards"]["planned"]
+        )
+
     def read_bytes(self, relative: str) -> bytes | None:
         """The file's bytes; None when it is not there (nor the folder: the run folder may be a file's path)."""
         try:
@@ -142,6 +156,15 @@ class RunFolder:
         with self.fs.open(self.path(relative), "rb") as fh:
             for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns):
                 yield pa.Table.from_batches([batch])
+
+    def shard_ids(self) -> list[str]:
+        """The run's shard ids in the order its plan lists them."""
+        return self.read_table(PLAN, columns=["ordinal", "id"]).sort_by("ordinal").column("id").to_pylist()
+
+    def document_batches(self, columns: list[str], batch_size: int):
+        """Tables of the run's stored documents (these columns), a batch at a time, in shard order."""
+        for shard in self.shard_ids():
+            yield from self.iter_batches(documents_path(shard), batch_size, columns)
 
     def parquet_schema(self, relative: str) -> pa.Schema:
         with self.fs.open(self.path(relative), "rb") as fh:

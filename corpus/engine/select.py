@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.config.job import Job
-from corpus.engine.keys import cache_key, thresholds_key
+from corpus.config.keys import cache_key, thresholds_key
 from corpus.engine.plan import Shard, corpus_rules, documents_folder
 from corpus.engine.run_folder import (
     RunFolder,

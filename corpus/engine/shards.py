@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from corpus import __version__
 from corpus.config.job import Job
+from corpus.config.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.input_stream import InputStream
-from corpus.engine.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine.plan import Shard, document_rules, input_schema_fields, shard_id
 from corpus.engine.run_folder import RunFolder, documents_path, prefiltered_path, prepassed_path, shard_report_path
 from corpus.engine.tasks import Context, Task, kind, stop_if_interrupted

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.config.job import Job
+from corpus.config.keys import cache_key
 from corpus.engine.corpus_rules import combined_summaries
-from corpus.engine.keys import cache_key
 from corpus.engine.plan import Shard, corpus_rules, document_rules, documents_folder, planned_shard_ids
 from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder, documents_path, marker, selection_path
 from corpus.engine.tasks import Context, Task, kind

@@ -38,7 +38,7 @@ from corpus.config.job import Job, RayOptions
 from corpus.engine.run_folder import RunFolder
 from corpus.engine.tasks import Task
 from corpus.errors import JobError
-from corpus.lab.decontamination import contamination_removed, decontaminate, document_batches, write_exclusions
+from corpus.lab.decontamination import contamination_removed, decontaminate, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task
 from corpus.lab.training_runs import (
     TrainingPlan,
@@ -152,7 +152,8 @@ def _tokenizer_file(ablation: Ablation, folder: RunFolder, documents_stats: dict
     path = folder.path("tokenizer.json")
     key = json.dumps([documents_stats["totals"], ablation.spec.tokenizer.vocab_size, ablation.documents.name])
     if (folder.read_json("_tokenizer.json") or {}).get("key") != key:
-        texts = (table.column("text").to_pylist() for table in document_batches(ablation.documents, ["text"]))
+        documents = RunFolder(ablation.documents.output).document_batches(["text"], ablation.documents.read.batch_size)
+        texts = (table.column("text").to_pylist() for table in documents)
         log(f"tokenizer: training a {ablation.spec.tokenizer.vocab_size}-token BPE on every extracted document")
         train_tokenizer(texts, ablation.spec.tokenizer.vocab_size, f"{path}.partial")
         os.replace(f"{path}.partial", path)
@@ -284,22 +285,36 @@ class PreparedAblation:
     run_of: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (variant, model, seed) -> run name
 
 
+def _documents_run(documents: Job, use_ray: bool, log, progress_stream) -> dict:
+    """The documents run's stats: run, or resumed; or, where its inputs cannot be read (deleted after extraction,
+    storage out of reach) but its folder holds a complete run of this very job file, that run as it is: a variant
+    only selects over stored signals."""
+    from corpus.engine import run_job
+
+    log(f"documents: {documents.source_file} -> {documents.output}")
+    try:
+        return run_job(documents, use_ray=use_ray, progress_stream=progress_stream)
+    except JobError as unreadable:
+        if unreadable.key not in ("inputs", "inputs_list"):
+            raise
+        run = RunFolder(documents.output)
+        if not run.is_complete_run_of(documents.source_sha256):
+            raise JobError(f"{unreadable}; and {documents.output} holds no complete run of this job file to select "
+                           "from") from None  # fmt: skip
+    log(
+        f"documents: {documents.output}, complete for {documents.source_file}; its inputs cannot be read, so it is "
+        "used as it is"
+    )
+    return run.stats()
+
+
 def prepare_ablation(ablation: Ablation, use_ray: bool = True, log=print, progress_stream=None) -> PreparedAblation:
     """The documents run (resumed), the tokenizer, decontamination, each variant's selection and token shards, the
     budget, and one training task per distinct token stream, model size and seed. Trains nothing. The jobs' progress
     lines go to `progress_stream` (default: standard error)."""
-    from corpus.engine import run_job
 
     folder = RunFolder(ablation.output)
-    documents_stats = ablation.reused_documents
-    if documents_stats is None:
-        log(f"documents: {ablation.documents.source_file} -> {ablation.documents.output}")
-        documents_stats = run_job(ablation.documents, use_ray=use_ray, progress_stream=progress_stream)
-    else:
-        log(
-            f"documents: {ablation.documents.output}, complete for {ablation.documents.source_file}; its inputs "
-            "cannot be read, so it is used as it is"
-        )
+    documents_stats = _documents_run(ablation.documents, use_ray, log, progress_stream)
     if documents_stats["failed_shards"]:
         raise JobError(f"the documents run has failed shards: {documents_stats['failed_shards']}; rerun it")
     with open(ablation.source_file, "rb") as fh:

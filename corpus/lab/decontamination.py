@@ -15,16 +15,6 @@ from corpus.config.job import Job
 from corpus.engine.run_folder import RunFolder
 
 
-def document_batches(job: Job, columns: list[str]):
-    """Tables of a complete run's stored documents (these columns), a batch at a time, in shard order."""
-    from corpus.engine.plan import documents_folder, make_plan
-    from corpus.engine.run_folder import documents_path
-
-    folder = documents_folder(job)
-    for shard in make_plan(job).shards:
-        yield from folder.iter_batches(documents_path(shard.id), job.read.batch_size, columns)
-
-
 def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.ndarray:
     """Per text, how many of its n-grams of `ngram` words (MinHash's shingles) occur in `reference` (sorted unique
     n-gram hashes)."""
@@ -45,7 +35,7 @@ def decontaminate(documents: Job, scored_texts: dict[str, list[str]], tokenizer,
 
     sets = {name: sorted_unique(shingle_hashes(DocumentBatch(texts), ngram)[1]) for name, texts in scored_texts.items()}
     parts = []
-    for table in document_batches(documents, ["id", "text"]):
+    for table in RunFolder(documents.output).document_batches(["id", "text"], documents.read.batch_size):
         texts = table.column("text").to_pylist()
         tokens = [len(ids) + 1 for ids in tokenizer.encode(texts)]  # + the separator, as the token shards count
         columns = {"id": table.column("id"), "tokens": pa.array(tokens, pa.int64())}

@@ -1,59 +1,58 @@
-"""A job's inputs: its paths, globs and listings resolved to files, and each input file checked at load where it can
-be (a dataset's columns, the exclusion list), so a run never finds out after extracting a crawl."""
+"""A job's inputs resolved to files, and checked before any is extracted.
+
+Paths, globs and listings become files (and Hugging Face dataset folders their Arrow files); a dataset's columns
+and the exclusion list are read once here, so a run never finds out after extracting a crawl.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from corpus.config import no_such_file
+from corpus.config import no_such_file, resolve_path
+from corpus.config.job import Job
+from corpus.engine.input_stream import InputStream
+from corpus.engine.stores import store_refusal
 from corpus.errors import JobError
 from corpus.stages.dataset import DatasetOptions, dataset_format
 from corpus.stages.dataset_columns import input_columns, is_text_type
 
-if TYPE_CHECKING:
-    from corpus.config.job import Job
 
-
-def _opened(source: str, decompress: bool = False):
-    """The engine's reader of an input (remote ones retried); imported here, as the engine imports the job."""
-    from corpus.engine.input_stream import InputStream
-
-    return InputStream(source, decompress)
-
-
-def resolve_path(entry: str, base: Path) -> str:
-    """Relative local paths are relative to the job file's folder; URLs are left as they are."""
-    if "://" in entry:
-        return entry
-    path = Path(entry).expanduser()
-    return str(path if path.is_absolute() else (base / path).resolve())
+def job_inputs(job: Job) -> tuple[str, ...]:
+    """The files the job reads, in order and once each, its datasets' columns and its exclusion list checked."""
+    path = Path(job.source_file)
+    if job.exclude:
+        check_exclusions(job.exclude, path)
+    inputs = expand_inputs(job, path)
+    check_dataset_columns(job.dataset, path, inputs)
+    return inputs
 
 
 def expand_inputs(job: Job, path: Path) -> tuple[str, ...]:
+    """The job's `inputs` and `inputs_list` entries as files; relative ones from `path`'s folder."""
     base = path.parent
     entries = [resolve_path(e, base) for e in job.inputs]
     if job.inputs_list:
         listing = resolve_path(job.inputs_list, base)
         try:
-            with _opened(listing) as fh:
+            with InputStream(listing) as fh:
                 raw = fh.read()
         except (OSError, ValueError) as exc:
             raise JobError(
-                f"{path}: key 'inputs_list': cannot read {listing}: {exc}; check the address, and that this machine "
-                "reaches it"
+                file=path,
+                key="inputs_list",
+                problem=f"cannot read {listing}: {exc}; check the address, and that this machine reaches it",
             ) from exc
         if listing.endswith(".gz"):
             raw = gzip.decompress(raw)
         entries += [job.inputs_prefix + line.strip() for line in raw.decode().splitlines() if line.strip()]
     if not entries:
-        raise JobError(f"{path}: no inputs: set 'inputs' (paths, globs, URLs) or 'inputs_list'")
+        raise JobError("no inputs: set 'inputs' (paths, globs, URLs) or 'inputs_list'", path)
 
     resolved: list[str] = []
     for entry in entries:
@@ -76,9 +75,7 @@ def _glob(entry: str, path: Path) -> list[str]:
         fs, _, _ = fsspec.get_fs_token_paths(entry)
         found = fs.glob(entry, detail=True)
     except Exception as exc:  # noqa: BLE001 - a store's own kinds (botocore's are not OSError)
-        from corpus.engine.stores import store_refusal
-
-        raise JobError(f"{path}: key 'inputs': cannot list {entry}: {store_refusal(exc) or exc}") from exc
+        raise JobError(file=path, key="inputs", problem=f"cannot list {entry}: {store_refusal(exc) or exc}") from exc
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
     matched: list[str] = []
     for match in sorted(found):
@@ -87,7 +84,7 @@ def _glob(entry: str, path: Path) -> list[str]:
         elif protocol == "file" and _is_hugging_face_folder(Path(match)):
             matched += _hugging_face_files(Path(match), path)
     if not matched:
-        raise JobError(f"{path}: key 'inputs': the glob {entry!r} matches no file")
+        raise JobError(file=path, key="inputs", problem=f"the glob {entry!r} matches no file")
     return matched
 
 
@@ -104,8 +101,10 @@ def _hugging_face_files(folder: Path, path: Path) -> list[str]:
         state = _json_file(folder / "state.json", path)
         return [str(folder / entry["filename"]) for entry in state.get("_data_files", [])]
     raise JobError(
-        f"{path}: key 'inputs': {folder} is a folder but not a Hugging Face dataset (no state.json or "
-        "dataset_dict.json); name its files, or a glob such as 'folder/*.parquet'"
+        file=path,
+        key="inputs",
+        problem=f"{folder} is a folder but not a Hugging Face dataset (no state.json or "
+        "dataset_dict.json); name its files, or a glob such as 'folder/*.parquet'",
     )
 
 
@@ -113,7 +112,7 @@ def _json_file(file: Path, path: Path) -> dict:
     try:
         return json.loads(file.read_text())
     except (OSError, ValueError) as exc:
-        raise JobError(f"{path}: key 'inputs': cannot read {file}: {exc}") from None
+        raise JobError(file=path, key="inputs", problem=f"cannot read {file}: {exc}") from None
 
 
 def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str, ...]) -> None:
@@ -123,8 +122,10 @@ def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str
     unmatched = [p for p in dataset.per_input if not any(dataset.matching_pattern(s) == p for s in inputs)]
     if unmatched:
         raise JobError(
-            f"{path}: key 'dataset.per_input.{unmatched[0]}': no input's path ends in this glob (a glob maps the "
-            "inputs it matches that no glob before it matched); check it against the job's inputs"
+            file=path,
+            key=f"dataset.per_input.{unmatched[0]}",
+            problem="no input's path ends in this glob (a glob maps the "
+            "inputs it matches that no glob before it matched); check it against the job's inputs",
         )
     remote_checked = False
     for source in inputs:
@@ -133,13 +134,13 @@ def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str
             continue
         remote_checked = remote_checked or "://" in source
         try:
-            with _opened(source, decompress=True) as stream:
+            with InputStream(source, decompress=True) as stream:
                 columns = input_columns(stream, fmt)
         except (OSError, ValueError, pa.ArrowException) as exc:
-            raise JobError(f"{path}: key 'inputs': cannot read {source} as {fmt}: {exc}") from None
+            raise JobError(file=path, key="inputs", problem=f"cannot read {source} as {fmt}: {exc}") from None
         problem = dataset_columns_problem(dataset.for_source(source), source, fmt, columns)
         if problem:
-            raise JobError(f"{path}: {problem}")
+            raise JobError(problem, path)
 
 
 def dataset_columns_problem(
@@ -169,12 +170,14 @@ def dataset_columns_problem(
 def check_exclusions(exclude: str, path: Path) -> None:
     """The exclusion file is Parquet with an `id` column: refused at load, not after a crawl's extraction."""
     try:
-        with _opened(exclude) as stream:
+        with InputStream(exclude) as stream:
             columns = pq.ParquetFile(stream).schema_arrow.names
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise JobError(f"{path}: key 'exclude': cannot read {exclude} as Parquet: {exc}") from None
+        raise JobError(file=path, key="exclude", problem=f"cannot read {exclude} as Parquet: {exc}") from None
     if "id" not in columns:
         raise JobError(
-            f"{path}: key 'exclude': {exclude} has no `id` column (its columns: {', '.join(columns) or 'none'}); "
-            "give the ids of the documents to drop in a column named id"
+            file=path,
+            key="exclude",
+            problem=f"{exclude} has no `id` column (its columns: {', '.join(columns) or 'none'}); "
+            "give the ids of the documents to drop in a column named id",
         )
