@@ -4,8 +4,9 @@ Each function runs the code and the settings a job runs (the same extractor, rul
 and keep policy), so what a notebook finds is what a run decides. The documents given are the corpus wherever a
 step needs one (corpus rules, quantile thresholds, dedup).
 
-    from corpus.api import extract_text, apply_rules, near_duplicates
+    from corpus.api import extract_text, apply_rules, near_duplicates, read_documents
     text = extract_text(html_bytes, url="https://example.org/")
+    documents = read_documents(["crawl.warc.gz"])  # or Parquet, JSONL, HTML, text, zip
     table = apply_rules(["some text", "more text"], rules=["gopher_quality"])
 """
 
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from corpus.config.job import check_language_codes, resolve_rule_settings, resolve_thresholds
 from corpus.config.per_language import split_per_language, with_per_language
 from corpus.errors import JobError
+from corpus.file_documents import read_documents
 from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.annotate import annotate_documents, signal_fields
 from corpus.stages.dedup import MinHashOptions, band_hashes, jaccard, minhash_signatures, permutations
@@ -40,6 +42,7 @@ __all__ = [
     "mask_pii",
     "near_duplicates",
     "quality_scores",
+    "read_documents",
 ]
 
 Documents = Sequence[str] | pa.Table | Any  # texts, an Arrow table or a pandas DataFrame with a `text` column

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import fields
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -13,36 +12,22 @@ from rich.table import Table
 from corpus.cli_ablate import add_ablate_commands
 from corpus.cli_report import inspect_command, report_command
 from corpus.cli_rules import rules_list, rules_try
-from corpus.cli_run import export_command, plan_command, run_command
+from corpus.cli_run import export_command, plan_command, run_command, writable_file
 from corpus.lab.classifier import TrainOptions
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
-    import pyarrow.compute as pc
-
     from corpus.engine import RunFolder
-    from corpus.engine.run_folder import STATS
-    from corpus.errors import TokenizerError
+    from corpus.errors import JobError, TokenizerError
     from corpus.stages.tokenize import train_tokenizer
 
-    run = RunFolder(args.run)
-    if not run.exists("selection"):
-        print(f"corpus: {run.url} holds no selection/: give a finished run's folder", file=sys.stderr)
-        return 2
     if not writable_file(args.out, "tokenizer.json"):
         return 2
-    selection = run.read_folder("selection", columns=["id", "kept"])
-    kept = selection.filter(selection.column("kept")).column("id")
-    if not len(kept):
-        print(f"corpus: {run.url} has no selected documents to train on", file=sys.stderr)
+    try:
+        texts = RunFolder(args.run).kept_texts()
+    except JobError as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
         return 2
-    source = RunFolder((run.read_json(STATS) or {}).get("documents_from") or run.url)  # a variant's: its documents run
-    if not source.exists("documents"):
-        print(f"corpus: {source.url} holds no documents/: give a finished run's folder", file=sys.stderr)
-        return 2
-    documents = source.read_folder("documents", columns=["id", "text"])
-    selected = documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
-    texts = selected.column("text").to_pylist()
     try:
         size = train_tokenizer(texts, args.vocab_size, args.out)
     except TokenizerError as exc:
@@ -50,16 +35,6 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {args.out}: byte-level BPE, {size:,} tokens, trained on {len(texts):,} documents")
     return 0
-
-
-def writable_file(path: str, example: str) -> bool:
-    """Whether a file can be written at `path`: False after saying so when it is a folder; else True, its missing
-    folders made (as a run makes its output folder)."""
-    if Path(path).is_dir():
-        print(f"corpus: {path} is a folder; give the path of the file to write (e.g. {example})", file=sys.stderr)
-        return False
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return True
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -245,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except Exception as exc:
-        from corpus.engine.stores import store_refusal
+        from corpus.engine import store_refusal
 
         refusal = store_refusal(exc)
         if refusal is None:

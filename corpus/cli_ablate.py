@@ -8,12 +8,12 @@ import signal
 import sys
 from pathlib import Path
 
-from corpus.engine.tasks import INTERRUPTED
+from corpus.engine import INTERRUPTED
 from corpus.errors import JobError, OutputLocked
 
 
 def _ablate_run(args: argparse.Namespace) -> int:
-    from corpus.cli import stop_on_signal
+    from corpus.cli_run import stop_on_signal
     from corpus.config.ablation import load_ablation
     from corpus.lab.ablation import run_ablation
     from corpus.lab.training_runs import TrainingInterrupted
@@ -62,7 +62,7 @@ def _ablate_plan(args: argparse.Namespace) -> int:
             pilot_path = pilot_path / "results.parquet"
         if args.pilot and not pilot_path.is_file():
             raise JobError(f"--pilot {args.pilot}: no results.parquet there; give an ablation's output folder or file")
-        from corpus.engine.run_folder import RunFolder
+        from corpus.engine import RunFolder
 
         folder = RunFolder(ablation.output)
         folder.lock()

@@ -26,7 +26,7 @@ def _run_report(args: argparse.Namespace):
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from corpus.cli import writable_file  # the CLI's own module, loaded by the time a command runs
+    from corpus.cli_run import writable_file
     from corpus.engine import RunFolder
     from corpus.report.figures import signal_histograms
     from corpus.report.html_page import render_html

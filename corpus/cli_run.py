@@ -6,14 +6,14 @@ import argparse
 import errno
 import signal
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from corpus.config.job import load_job
-from corpus.engine.stats import ALL_STAGES
-from corpus.engine.tasks import INTERRUPTED
+from corpus.engine import ALL_STAGES, INTERRUPTED
 from corpus.errors import JobError, OutputLocked
 
 
@@ -101,6 +101,16 @@ def _interrupted(job, signal_number: int) -> int:
     return 128 + signal_number
 
 
+def writable_file(path: str, example: str) -> bool:
+    """Whether a file can be written at `path`: False after saying so when it is a folder; else True, its missing
+    folders made (as a run makes its output folder)."""
+    if Path(path).is_dir():
+        print(f"corpus: {path} is a folder; give the path of the file to write (e.g. {example})", file=sys.stderr)
+        return False
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return True
+
+
 def stop_on_signal(signal_number, frame) -> None:
     """Ctrl-C or a plain kill: KeyboardInterrupt (a kill stops like Ctrl-C, so Ray's local cluster goes too). Python
     ignores one raised while a finalizer runs (a file object being collected), which let a run go on to its end
@@ -146,7 +156,7 @@ def plan_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from corpus.engine.export import export_documents
+    from corpus.engine import export_documents
 
     columns = [name for name in (args.columns or "").split(",") if name]
     try:

@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO, garble_keeping_identity, unavailable
 from scipy import stats
 
+from corpus.cli import main
 from corpus.config.job import load_job
 from corpus.engine import run_job
 from corpus.errors import JobError
@@ -136,6 +137,17 @@ def micro(tmp_path_factory):
     ablation = load_ablation(folder / "micro.toml")
     summary = run_ablation(ablation, use_ray=False, log=logs.append)
     return folder, ablation, summary, copied_id, logs
+
+
+def test_corpus_ablate_run_resumes_a_finished_ablation_from_the_command_line(micro, capsys):
+    folder = micro[0]
+    before = pq.read_table(folder / "ablation" / "results.parquet")
+    assert main(["ablate", "run", str(folder / "micro.toml"), "--no-ray"]) == 0
+    out = capsys.readouterr().out
+    assert "training: 0 of 4 runs to do (4 done by an earlier run)" in out
+    assert f"s: {folder / 'ablation' / 'results.parquet'}" in out  # "ablation done in N s: <results>"
+    after = pq.read_table(folder / "ablation" / "results.parquet")
+    assert after.drop_columns(["tokens_per_s"]).equals(before.drop_columns(["tokens_per_s"]))
 
 
 def test_micro_ablation_results_have_the_schema_and_one_row_per_evaluation(micro):
@@ -276,7 +288,6 @@ def test_a_variants_folder_is_not_reported_as_a_run_but_pointed_to_what_holds_it
 
 
 def test_a_tokenizer_trains_on_a_variants_selection_from_its_documents_run(micro, tmp_path, capsys):
-    from corpus.cli import main
 
     variant = micro[0] / "ablation" / "variants" / "filtered"  # a selection; the documents are the documents run's
     selection = pq.read_table(variant / "selection", columns=["kept"]).column("kept").to_pylist()
@@ -393,7 +404,6 @@ def _item_results(runs: dict[str, list[dict[str, list[float]]]]) -> pa.Table:
 
 
 def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_seeds(tmp_path, capsys):
-    from corpus.cli import main
 
     # Accuracy on 10 questions: "new" answers question 3 right where the baseline does not, on every seed. The
     # seeds agree exactly (+0.1 each, no seed noise), but one question is not evidence about the task.
@@ -465,7 +475,6 @@ def test_the_interval_holds_the_noise_of_the_questions_scored_as_well_as_the_see
 
 
 def test_a_leave_one_out_whose_every_variant_is_the_baselines_data_says_so(tmp_path, capsys):
-    from corpus.cli import main
 
     runs = {"all": [[3.0], [3.1]], "without_a": [[3.0], [3.1]], "without_b": [[3.0], [3.1]]}
     results = _results(runs)
@@ -747,7 +756,6 @@ def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro
 
 
 def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_noise(micro, leave_one_out, capsys):
-    from corpus.cli import main
 
     folder = micro[0]
     assert main(["ablate", "report", str(folder / "ablation"), "--metrics", "heldout.*,downstream.*"]) == 0

@@ -247,5 +247,5 @@ def test_the_try_rules_notebook_runs_on_the_sample_and_draws_its_figure():
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [output for output in outputs if output.output_type in ("error",) or output.get("name") == "stderr"]
     text = "".join(output.get("text", "") for output in outputs)
-    assert "282 pages, 280 with a main text" in text and "kept 177 of 280" in text
+    assert "280 documents with a main text" in text and "kept 177 of 280" in text
     assert sum("image/png" in output.get("data", {}) for output in outputs) == 1

@@ -32,6 +32,7 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpus.errors import JobError, OutputLocked
@@ -96,6 +97,28 @@ class RunFolder:
     def stats(self) -> dict | None:
         """The run's `stats.json`: what its last finished start counted; None before one finished."""
         return self.read_json(STATS)
+
+    def token_manifest(self) -> dict | None:
+        """The run's token files and counts (`tokens/manifest.json`); None where it wrote no tokens."""
+        return self.read_json(TOKEN_MANIFEST)
+
+    def kept_texts(self) -> list[str]:
+        """The texts of the documents the run kept, in stored order (a variant's from its documents run)."""
+        if not self.exists("selection"):
+            raise JobError(f"{self.url} holds no selection/: give a finished run's folder")
+        selection = self.read_folder("selection", columns=["id", "kept"])
+        kept = selection.filter(selection.column("kept")).column("id")
+        if not len(kept):
+            raise JobError(f"{self.url} has no selected documents to train on")
+        source = RunFolder((self.stats() or {}).get("documents_from") or self.url)
+        if not source.exists("documents"):
+            raise JobError(f"{source.url} holds no documents/: give a finished run's folder")
+        documents = source.read_folder("documents", columns=["id", "text"])
+        return (
+            documents.filter(pc.is_in(documents.column("id"), value_set=kept.combine_chunks()))
+            .column("text")
+            .to_pylist()
+        )
 
     def is_complete_run_of(self, job_sha256: str) -> bool:
         """The folder holds a finished run of the job file with this hash, every planned shard complete."""

@@ -35,8 +35,7 @@ import pyarrow.compute as pc
 
 from corpus.config.ablation import Ablation, ModelOptions, fixed_steps
 from corpus.config.job import Job, RayOptions
-from corpus.engine.run_folder import RunFolder
-from corpus.engine.tasks import Task
+from corpus.engine import RunFolder, Task
 from corpus.errors import JobError
 from corpus.lab.decontamination import contamination_removed, decontaminate, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.config.job import Job
-from corpus.engine.run_folder import RunFolder
+from corpus.engine import RunFolder
 
 
 def overlap_counts(texts: list[str], reference: np.ndarray, ngram: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder
+from corpus.engine import RunFolder
 
 
 class TokenStream:
@@ -32,9 +32,9 @@ class TokenStream:
         self.run = RunFolder(str(run))
         self.length = seq_len + 1
         self.drop_last = drop_last
-        manifest = self.run.read_json(TOKEN_MANIFEST)
+        manifest = self.run.token_manifest()
         if manifest is None:
-            raise FileNotFoundError(f"{self.run.url} has no {TOKEN_MANIFEST}: run a job with [tokenize] tokenizer")
+            raise FileNotFoundError(f"{self.run.url} has no tokens/manifest.json: run a job with [tokenize] tokenizer")
         units = [
             (file["path"], group) for file in manifest["files"] for group in range(self.run.row_groups(file["path"]))
         ]

@@ -18,8 +18,7 @@ import pyarrow as pa
 
 from corpus import __version__
 from corpus.config.job import RayOptions
-from corpus.engine.run_folder import TOKEN_MANIFEST, RunFolder
-from corpus.engine.tasks import Context, Task, kind, run_phase
+from corpus.engine import Context, RunFolder, Task, kind, run_phase
 
 TRAIN = "corpus.lab.training_runs:train"
 
@@ -127,7 +126,7 @@ def token_stream_sha256(run: str) -> str:
     the same digest train on the same stream (whatever their selections said), so they are trained once."""
     folder = RunFolder(run)
     digest = hashlib.sha256()
-    for file in folder.read_json(TOKEN_MANIFEST)["files"]:
+    for file in folder.token_manifest()["files"]:
         for group in range(folder.row_groups(file["path"])):
             tokens = folder.read_row_group(file["path"], group, ["tokens"]).column("tokens").combine_chunks()
             digest.update(np.diff(tokens.offsets.to_numpy()).astype(np.int64))  # each document's length
@@ -151,8 +150,7 @@ def to_do(plan: TrainingPlan, tasks: list[Task]) -> list[Task]:
 
 def train_runs(plan: TrainingPlan, tasks: list[Task], use_ray: bool, log) -> dict[str, str]:
     """Every training run not done by an earlier run, through the engine's runners; returns failures by run."""
-    from corpus.engine.progress import RunProgress
-    from corpus.engine.run import Runners
+    from corpus.engine import Runners, RunProgress
 
     folder = RunFolder(plan.output)
     todo = to_do(plan, tasks)

@@ -17,6 +17,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,9 @@ from corpus.stages.extract import PREPASS_DROP, PREPASS_SCHEMA
 from corpus.stages.select import EXCLUDED, LANGUAGE_KEY, select_documents
 from corpus.stages.tokenize import TextTokenizer
 
+if TYPE_CHECKING:
+    from corpus.engine import StoredRun
+
 EXCERPT_CHARS = 240
 TOKEN_SHARDS_STEP = "in token shards"
 # Why the funnel's last two rows differ in tokens: said under the funnel, on the page and in the terminal.
@@ -41,36 +45,26 @@ TOKENS_NOTE = (
 
 @dataclass
 class RunView:
-    job: Job
-    stats: dict
+    job: Job  # the run's, with the select file's thresholds where one is given
+    run: StoredRun
     documents: pa.Table  # id, url, domain, words, (tokens), shard, row, thresholds' columns, the selection
     thresholds: list  # stages.select.Threshold, resolved
     hypothetical: bool
     prefiltered: pa.Table | None = None  # pages [prefilter] rules dropped: id, url, source, offset, reasons, signals
     prepassed: pa.Table | None = None  # pages the language pre-pass dropped: id, url, source, offset, language, score
 
+    @property
+    def stats(self) -> dict:
+        return self.run.stats
+
 
 def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunView:
     """A complete run's documents with their signals and selection (or `select_file`'s)."""
-    from corpus.engine.export import job_of_run
-    from corpus.engine.plan import job_rules, make_plan
-    from corpus.engine.run_folder import (
-        STATS,
-        RunFolder,
-        documents_path,
-        prefiltered_path,
-        prepassed_path,
-        selection_path,
-    )
-    from corpus.engine.select import keyed_by_language, resolve_quantiles, stored_signals
+    from corpus.engine import StoredRun
     from corpus.stages.prefilter import prefiltered_schema
 
-    run = RunFolder(str(run_dir))
-    stats = run.read_json(STATS)
-    if stats is None:
-        raise JobError(f"{run.url} has no stats.json: not a finished run (run `corpus run JOB` first)")
-    job_file = Path(stats["job_file"])
-    job = job_of_run(run, stats)
+    run = StoredRun(run_dir)
+    job_file, job = run.job_file, run.job
     if select_file is not None:
         select_path = Path(select_file)
         try:
@@ -82,21 +76,18 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         except JobError as exc:
             raise JobError(exc.rendered(file=str(select_path))) from None
         job = job.model_copy(update={"thresholds": thresholds})
-    shard_ids = [shard.id for shard in make_plan(job).shards]  # the run's stored plan: no input is read
-    thresholds = resolve_quantiles(job, shard_ids)
-    columns = [threshold.column for threshold in thresholds] + ([LANGUAGE_KEY] if keyed_by_language(job) else [])
+    thresholds = run.thresholds(job)
+    columns = [threshold.column for threshold in thresholds] + ([LANGUAGE_KEY] if run.keyed_by_language() else [])
     columns = list(dict.fromkeys(columns))
     parts = []
-    for shard_id in shard_ids:
-        signals = stored_signals(job, shard_id, columns)
-        documents = run.read_table(documents_path(shard_id), columns=["url", "domain", "text"])
+    for shard_id in run.shard_ids:
+        signals = run.signals(shard_id, columns)
+        documents = run.documents(shard_id, ["url", "domain", "text"])
         if select_file is None:
-            selection = run.read_table(selection_path(shard_id)).select(
-                ["kept", "first_failure", "failures", "duplicate_of"]
-            )
+            selection = run.selection(shard_id).select(["kept", "first_failure", "failures", "duplicate_of"])
         else:
             selected = select_documents(signals, thresholds)[0].table
-            ran = run.read_table(selection_path(shard_id), columns=["first_failure", "duplicate_of"])
+            ran = run.selection(shard_id, ["first_failure", "duplicate_of"])
             selection = _with_run_duplicates(selected, ran)
         words = pc.list_value_length(pc.utf8_split_whitespace(documents.column("text")))
         table = signals
@@ -117,11 +108,11 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         raise JobError(f"{run.url} holds no shard of its job")
     prefiltered = prepassed = None
     if job.prefilter.rules:
-        prefilter_rules = [rule for rule in job_rules(job) if rule.name in job.prefilter.rules]
-        prefiltered = _stored_pages(run, prefiltered_path, shard_ids, prefiltered_schema(prefilter_rules))
+        prefilter_rules = [rule for rule in run.rules(job) if rule.name in job.prefilter.rules]
+        prefiltered = run.stored_pages("prefiltered", prefiltered_schema(prefilter_rules))
     if job.extract.prepass_languages:
-        prepassed = _stored_pages(run, prepassed_path, shard_ids, PREPASS_SCHEMA)
-    return RunView(job, stats, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered, prepassed)
+        prepassed = run.stored_pages("prepassed", PREPASS_SCHEMA)
+    return RunView(job, run, pa.concat_tables(parts), thresholds, select_file is not None, prefiltered, prepassed)
 
 
 def merged(job_select: dict, select: dict) -> dict:
@@ -157,13 +148,6 @@ def _with_run_duplicates(selected: pa.Table, ran: pa.Table) -> pa.Table:
     )
 
 
-def _stored_pages(run, path_of, shard_ids: list[str], schema: pa.Schema) -> pa.Table:
-    """Pages dropped before extraction, as the shards stored them (`path_of(shard)`): never documents, their URLs
-    and why kept. A shard extracted before the run kept them has none."""
-    stored = [run.read_table(path_of(i)) for i in shard_ids if run.exists(path_of(i))]
-    return pa.concat_tables(stored) if stored else schema.empty_table()
-
-
 def _rule_of(reasons: pa.Array) -> np.ndarray:
     """The rule of each reason (`rule.signal.bound` -> `rule`; a dedup reason or `excluded` is its own), as an
     object array (None where the reason is null)."""
@@ -183,8 +167,6 @@ def _failing_matrix(docs: pa.Table, names: list[str]) -> np.ndarray:
 
 def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
     """Everything the report shows, as plain data (the HTML and the terminal render it)."""
-    from corpus.engine.plan import job_rules
-
     docs = view.documents
     words = docs.column("words").to_numpy()
     tokens = docs.column("tokens").to_numpy() if "tokens" in docs.column_names else None
@@ -264,7 +246,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         distance = np.abs(numbers[candidates] - float(threshold.value))
         nearest[threshold] = candidates[np.argsort(distance, kind="stable")[:sample]].tolist()
     texts = _texts(view, [row for rows in [*sampled.values(), *nearest.values()] for row in rows])
-    rule_objects = {rule.name: rule for rule in job_rules(view.job)}
+    rule_objects = {rule.name: rule for rule in view.run.rules(view.job)}
     samples = {
         rule: [_document(view, row, texts[row], rule_objects.get(rule)) for row in rows]
         for rule, rows in sampled.items()
@@ -338,16 +320,13 @@ def _language_funnel(view: RunView, first_rule: np.ndarray, amount) -> list[dict
 
 def _texts(view: RunView, rows: list[int]) -> dict[int, str]:
     """The stored texts of these rows of the view, one read per shard."""
-    from corpus.engine.plan import documents_folder
-
-    folder = documents_folder(view.job)
     wanted = np.unique(np.asarray(rows, np.int64))
     shards = view.documents.column("shard").take(pa.array(wanted)).to_numpy(zero_copy_only=False)
     within = view.documents.column("row").take(pa.array(wanted)).to_numpy()
     texts: dict[int, str] = {}
     for shard in np.unique(shards):
         here = shards == shard
-        texts.update(zip(wanted[here].tolist(), folder.texts_at(shard, within[here]), strict=True))
+        texts.update(zip(wanted[here].tolist(), view.run.texts_at(shard, within[here]), strict=True))
     return texts
 
 
