@@ -55,7 +55,7 @@ def extract_text(
     UTF-8, then `charset` from the HTTP header when known, <meta>, detection); None where the pipeline would drop
     the page as `empty_text`. `extractor`: one of "trafilatura" (the default mode), "trafilatura_fast",
     "trafilatura_fineweb", "resiliparse". The trafilatura modes give trafilatura's parser corpus's element class,
-    for this process: trafilatura's own calls then give the same texts ~10 % faster (`stages/extract.py`)."""
+    for this process: trafilatura's own calls then give the same texts faster (`stages/extract.py`)."""
     if extractor not in EXTRACTORS:
         raise ValueError(f"unknown extractor {extractor!r}: use one of {', '.join(EXTRACTORS)}")
     if isinstance(html, bytes):

@@ -53,8 +53,9 @@ PREPASS_SCHEMA = pa.schema(
 
 # trafilatura: its balanced settings without comments, resiliparse's text where it finds none (the default, by
 # benchmarks/extraction_quality.py); trafilatura_fast: the same without trafilatura's readability and jusText
-# comparisons (its `fast`), 1.2-1.8x faster, F1 within 0.006 of the default; trafilatura_fineweb: as FineWeb ran it
-# (favor_precision, no comments), for parity; resiliparse: its main-content extraction, ~12x faster than trafilatura.
+# comparisons (its `fast`), faster, F1 close to the default's (docs/extraction.md); trafilatura_fineweb: as FineWeb
+# ran it (favor_precision, no comments), for parity; resiliparse: its main-content extraction, much faster than
+# trafilatura.
 Extractor = Literal["trafilatura", "trafilatura_fast", "trafilatura_fineweb", "resiliparse"]
 EXTRACTORS: tuple[str, ...] = get_args(Extractor)
 

@@ -2,7 +2,7 @@
 
 FastWARC (resiliparse's reader) in `quirks_mode`, which reads the old and broken crawls (WARC/0.17 and 0.18,
 malformed dates, `<...>`-wrapped target URIs) exactly as warcio does; the tests compare both readers byte for
-byte on every shared WARC. It is ~3.7x faster than warcio here, although reading is never the bottleneck.
+byte on every shared WARC. It is faster than warcio (docs/performance.md), though reading is never the bottleneck.
 
 Kept: `response` records with an HTML payload (kind 'html') and WET `conversion` records (kind 'text').
 Every other record is dropped with a named reason; a record that cannot be read is an error with its offset.

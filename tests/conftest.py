@@ -1,96 +1,11 @@
-"""Shared fixtures: the real data in ../shared/data, and one clean pipeline run over all of its WARCs."""
+"""Fixtures shared by every test folder: the shared WARCs, one clean run over them, and restored registries."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-# HTML response records per file, as counted independently in ../shared/data/SOURCES.md.
-SHARED_WARC_HTML_RECORDS = {
-    "warc-resiliparse/warcfile.warc.gz": 16,
-    "warc-resiliparse/clueweb-quirk.warc.gz": 29,
-    "warc-dolma/sample-0000.warc.gz": 22,
-    "warc-dolma/sample-0001.warc.gz": 15,
-    "warc-cc-whirlwind/whirlwind.warc.gz": 1,
-    "warc-aut/example.warc.gz": 140,
-    "warc-ipwb/sample-1.warc.gz": 64,
-    "warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz": 36,
-    "warc-ukwa-govuk/BL-20140325122341434-00000-32090~opera~8443.warc.gz": 7,
-}
-
-
-def documentation() -> str:
-    """The README and every page of docs/, as one text: what users read, which tests run the examples of."""
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    return "\n\n".join(page.read_text() for page in pages)
-
-
-def unavailable(reason: str) -> NoReturn:
-    """A test's prerequisite is missing: skip it with the reason, or fail where CI promises every prerequisite
-    (`CORPUS_REQUIRE_SHARED_DATA=1`)."""
-    if os.environ.get("CORPUS_REQUIRE_SHARED_DATA") == "1":
-        pytest.fail(reason + "; CORPUS_REQUIRE_SHARED_DATA=1 (CI installs and provides it) makes this a failure")
-    pytest.skip(reason)
-
-
-def shared(relative: str) -> Path:
-    """A file under ../shared/data; skips the test where it is absent (fails instead in CI)."""
-    path = SHARED_DATA / relative
-    if not path.exists():
-        unavailable(f"shared data not found: {path} (the tests expect ../shared/data beside the repository)")
-    return path
-
-
-def real_documents():
-    """The benchmarks' set of real documents (`benchmarks/real_documents.py`: id, text, url, lang), built from
-    ../shared/data once and cached."""
-    shared("html-trafilatura-eval/trafilatura-eval.tar.xz")
-    return benchmark_module("real_documents").real_documents(SHARED_DATA)
-
-
-def benchmark_module(name: str):
-    """`benchmarks/<name>.py`: the builders of the real-data sets (and their scores) that tests and benchmarks
-    share."""
-    import importlib.util
-    import sys
-
-    sys.path.insert(0, str(REPO / "benchmarks"))  # benchmarks import each other by module name
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def sample_in_two_shards(folder: Path) -> list[str]:
-    """The embedded sample cut at a gzip member near its middle: two real WARC shards, `a.warc.gz` and `b.warc.gz`."""
-    from corpus.sample.generate import build_sample
-
-    data, _ = build_sample()
-    cut = data.index(b"\x1f\x8b\x08", len(data) // 2)
-    (folder / "a.warc.gz").write_bytes(data[:cut])
-    (folder / "b.warc.gz").write_bytes(data[cut:])
-    return [str(folder / "a.warc.gz"), str(folder / "b.warc.gz")]
-
-
-def garble_keeping_identity(path: Path, garbage: bytes = b"not a crawl any more ") -> None:
-    """Overwrite a file with garbage of its own size and give it back its times: a run takes it for the file it
-    read (size and mtime are an input's identity), so only a run that read it again would notice."""
-    stat = path.stat()
-    path.write_bytes(garbage.ljust(stat.st_size, b"!")[: stat.st_size])
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-
-
-def write_job(folder: Path, inputs: list[str], output: Path, extra: str = "", name: str = "test") -> Path:
-    job = folder / f"{name}.toml"
-    listed = ", ".join(f'"{i}"' for i in inputs)
-    job.write_text(f'name = "{name}"\ninputs = [{listed}]\noutput = "{output}"\n{extra}\n')
-    return job
+from support import SHARED_WARC_HTML_RECORDS, shared, write_job
 
 
 @pytest.fixture(scope="session")
@@ -108,3 +23,18 @@ def clean_run(shared_warcs, tmp_path_factory):
     job = load_job(write_job(folder, [str(p) for p in shared_warcs], folder / "out"))
     stats = run_job(job, use_ray=False)
     return job, stats, folder / "out"
+
+
+@pytest.fixture
+def restored_registries():
+    """The rule registry and the engine's task kinds as they were before the test: a test may add its own."""
+    from corpus import rulebook
+    from corpus.engine import tasks
+
+    rulebook.discover()  # every rule registered first, so that the copy holds them all
+    rules, kinds = dict(rulebook._REGISTRY), dict(tasks.KINDS)
+    yield
+    rulebook._REGISTRY.clear()
+    rulebook._REGISTRY.update(rules)
+    tasks.KINDS.clear()
+    tasks.KINDS.update(kinds)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, documentation, shared, write_job
+from support import REPO, documentation, shared, write_job
 
 from corpus.api import (
     apply_rules,
@@ -81,6 +81,7 @@ def test_the_api_imports_in_a_fresh_interpreter():
     subprocess.run([sys.executable, "-c", f"from corpus.api import {names}"], check=True)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_extract_text_gives_the_pipelines_text_and_drops(run):
     _, documents, _ = run
     texts = dict(zip(documents.column("id").to_pylist(), documents.column("text").to_pylist(), strict=True))
@@ -96,6 +97,7 @@ def test_extract_text_gives_the_pipelines_text_and_drops(run):
     assert compared == 176 and 0 < empty < compared  # every HTML record of both files; some the pipeline dropped
 
 
+@pytest.mark.slow  # runs a whole job
 def test_identify_language_gives_the_pipelines_languages(run):
     _, documents, _ = run
     langs, scores = identify_language(documents.column("text").to_pylist())
@@ -105,6 +107,7 @@ def test_identify_language_gives_the_pipelines_languages(run):
     assert identify_language(["Bonjour à tous, comment allez-vous aujourd'hui ?"])[0] == ["fr"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_apply_rules_gives_the_pipelines_signals_and_selection(run):
     out, documents, selection = run
     given = documents.select(["id", "text", "url", "lang", "lang_score"])
@@ -131,6 +134,7 @@ def test_apply_rules_gives_the_pipelines_signals_and_selection(run):
     assert sum("token_distribution.kl.max_quantile" in failed for failed in ours.column("failures").to_pylist()) > 0
 
 
+@pytest.mark.slow  # runs a whole job
 def test_near_duplicates_gives_the_pipelines_clusters(run):
     _, documents, selection = run
     rule_kept = pq.read_table(run[0] / "rule_selection", columns=["id", "kept"])
@@ -150,6 +154,7 @@ def test_near_duplicates_gives_the_pipelines_clusters(run):
     assert pc.sum(pc.invert(unverified.column("kept"))).as_py() >= dropped.num_rows
 
 
+@pytest.mark.slow  # runs a whole job
 def test_mask_pii_counts_as_the_pii_rule(run):
     _, documents, _ = run
     totals = {"email": 0, "phone": 0, "ip": 0}
@@ -172,6 +177,7 @@ def test_mask_pii_counts_as_the_pii_rule(run):
         mask_pii("x", kinds=["ssn"])
 
 
+@pytest.mark.slow  # runs a whole job
 def test_exact_duplicate_lines_gives_the_line_dedup_rules_signals(run):
     out, documents, _ = run
     corpus_signals = pq.read_table(out / "corpus_signals").sort_by("id")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, shared
+from support import REPO, shared
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import corpus.engine
+from support import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+import corpus.engine
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:

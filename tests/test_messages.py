@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import write_job
+from support import write_job
 
 from corpus.cli import main
 from corpus.cli_run import write_failure
@@ -26,6 +26,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_ray_address_where_nothing_answers_is_refused_in_seconds(tmp_path, monkeypatch, capsys):
     import ray
 
@@ -45,6 +46,7 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_seconds(tmp_path, mon
     )
 
 
+@pytest.mark.slow  # runs a whole job
 def test_an_object_store_without_credentials_says_what_to_set_never_a_traceback(tmp_path, monkeypatch, capsys):
     import fsspec
 
@@ -87,15 +89,19 @@ def test_a_number_out_of_range_on_the_command_line_is_one_line_naming_the_flag(c
         assert capsys.readouterr().err.endswith(f"{said}\n")
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_threshold_every_document_fails_is_named_as_a_likely_mistake(tmp_path, capsys):
     """A threshold within its signal's range (one outside is refused at load) that no document passes."""
-    job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", "[select.gopher_quality]\nwords.min = 90000\n")
+    job = write_job(
+        tmp_path, [str(SAMPLE_PATH)], tmp_path / "out", select={"gopher_quality": {"words": {"min": 90000}}}
+    )
     assert main(["run", str(job), "--no-ray"]) == 0
     said = "gopher_quality.words.min = 90000 fails every one of the 280 documents: check its value"
     assert capsys.readouterr().out.endswith(f"warning: {said}\n")
     assert json.loads((tmp_path / "out" / "stats.json").read_text())["warnings"] == [said]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_run_shows_where_the_first_record_of_each_kind_of_error_is(tmp_path, capsys):
     good = json.dumps({"text": "The committee met on Tuesday and agreed on the budget for the new library. " * 9})
     lines = [good, "{broken", good, "[1, 2]", "{also broken"]
@@ -128,6 +134,7 @@ def test_a_failed_write_says_what_to_do_by_its_cause():
         assert "make room" not in message
 
 
+@pytest.mark.slow  # runs a whole job
 def test_ctrl_c_says_how_many_shards_are_complete_and_how_to_resume(shared_warcs, tmp_path):
     inputs = [str(path) for path in shared_warcs]
     # trafilatura: slow enough (~35 ms a page) that the run is still going when the signal lands; with resiliparse

@@ -1,50 +1,8 @@
-"""Verdicts of an ablation, read from its `results.parquet`: what a variant did to each metric, and whether that
-is beyond noise: the seeds' and the scored items'.
+"""Verdicts of an ablation from its `results.parquet`: each variant's effect on each metric, beyond noise or not.
 
-- A run's score on a metric is the mean of its evaluations in the final share `final` of training (default the
-  last 10 % of steps, at least two evaluations; Heineman et al. 2025, "Signal and Noise": averaging the final
-  checkpoints of a run that has levelled off lowers the noise of a small-scale comparison).
-- Variants share seeds (the same initialisation and data order per seed), so a variant is compared with the
-  baseline seed by seed: Δ is the mean of the paired differences. Each variant's own pairs give its seed noise:
-  pooling it over variants would let the variants that train on nearly (or exactly) the baseline's data, whose
-  paired differences are near zero, shrink the interval of one whose data differs a lot (on the shared pages, the
-  standard error of the unfiltered text's differences is 2.4-2.7x the pooled one).
-- A metric is also a sample of items: a task's questions (a seeded subsample, the same for every run), a reference
-  set's documents. "Better on HellaSwag" is a claim about the task, not about its 100 questions scored here, so
-  the interval holds the items' noise too (Miller 2024, "Adding Error Bars to Evals": paired differences per
-  question). Runs store each item's score (`<metric>.items`, whose mean is the metric); the variance of Δ is the
-  seeds' (the paired differences' variance over seeds / seeds) plus the items' (the variance over items of each
-  item's difference averaged over seeds / items; for `downstream.bits_per_byte`, the mean of the tasks, the
-  tasks' parts / tasks²), a sum that counts their interaction twice (conservative), with Welch-Satterthwaite's
-  degrees of freedom (`corpus.lab.noise`). Simulated with 3 seeds x 100 questions and no true difference, the
-  95 % interval covers 0 in 94-96 % of ablations where the questions are 70-95 % of the noise; the seeds' noise
-  alone covered 56-87 %.
-  It can be narrower than the seeds'-only interval (more noise, estimated from more numbers than 3 pairs: fewer
-  of t's 2-degree-of-freedom tails). Accuracy moves a question at a time: seeds that agree on one question no
-  longer make a zero-width interval. Results without item scores (an older corpus) hold the seeds' noise only
-  (`noise`).
-- The interval holds for all the variants judged on the metric at once (Bonferroni: each at 1 - (1 - confidence)
-  / k over the k variants whose training data differs from the baseline's), so that at 95 % the chance that any
-  of them is called better or worse when none differs is at most 5 % per metric; per-comparison intervals over 15
-  variants and 10 metrics would hand out ~7 verdicts by chance. With few seeds this is wide (3 seeds, 15
-  variants: 4x the one-comparison interval; 5 seeds: 2.3x): the honest cost of judging many variants at once. Paired
-  runs on nearly the same data differ consistently by tiny amounts: such a verdict is real but small; read Δ
-  beside the seed standard deviation before calling it worth keeping.
-- A run that passed over its variant's tokens more than `max_passes` times (Muennighoff et al. 2023: beyond ~4
-  passes repetition, not data, decides the loss) gets no better/worse verdict: `data-limited`. So does a variant
-  that repeated its data (over one pass) and whose loss-like metric turned up on most seeds (its best evaluation
-  came before the last `last`): a small model can overfit in fewer passes than the limit, and the metric then
-  measures the repetition, not the data.
-- Per metric, the signal-to-noise ratio is the spread between the variants' means (max - min, data-limited
-  variants left out) over the seed standard deviation (pooled over variants); a metric whose ratio is below
-  `decides_at` cannot rank these variants at this scale, nor can one with a chance level (accuracy: the mean of
-  1 / choices) that no variant beats by more than `decides_at` of its noise (DataDecide, Magnusson et al. 2025:
-  accuracy at chance cannot decide at small scale, whatever its spread).
-- The minimum detectable effect (`mde`) is the Δ the interval would call beyond noise with 80 % power, from the
-  same noise and degrees of freedom: (t of the confidence + t of the power) x Δ's standard error.
-- A variant whose token stream is another's (`same_data_as`, or the same digest) shares its runs: it gets the
-  verdict `same data`, no Δ, and stays out of the family the confidence holds for.
-- With a model ladder, `ranking_agreement` says whether the sizes order the variants alike (Kendall's tau).
+A run's score is the mean of its evaluations in the final share of training; variants are compared with the
+baseline seed by seed, with the seeds' and the scored items' noise, Bonferroni over the variants. The method, with
+its sources and its simulated coverage, is in docs/ablations.md ("How a verdict is computed").
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ def _fnv1a_spans(data, offsets):
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """`np.unique(values)` by a sort: numpy 2.4's `np.unique` de-duplicates through a hash table first, ~30x slower
-    on millions of distinct 64-bit values (5 s for a 4.5M-domain blocklist)."""
+    """`np.unique(values)` by a sort: numpy 2.4's `np.unique` de-duplicates through a hash table first, many times
+    slower on millions of distinct 64-bit values (a domain blocklist)."""
     ordered = np.sort(values)
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
 

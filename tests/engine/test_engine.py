@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import sample_in_two_shards, write_job
+from support import sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.config.keys import cache_key
@@ -54,7 +54,7 @@ def test_what_a_task_ships_does_not_grow_with_the_number_of_inputs(tmp_path):
     assert abs(sizes[5_000][0] - sizes[10][0]) <= 8 and sizes[5_000][0] < 1_024  # a task: its own id and ordinal
 
 
-def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_path):
+def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_path, restored_registries):
     from corpus.engine import tasks
 
     def flaky(options, task, context):
@@ -64,31 +64,28 @@ def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_pat
         return {"id": task.id, "n": task.param("n")}
 
     tasks.KINDS["test_flaky"] = tasks.Kind(flaky, 1.0, False)
-    try:
-        options = make_plan(_job_over(tmp_path, 1)).options
-        work = [Task("test_flaky", f"t{n}", "k", f"markers/t{n}.json", None, (("n", n),)) for n in range(3)]
-        failed: dict[str, str] = {}
-        live = [0, 0]
+    options = make_plan(_job_over(tmp_path, 1)).options
+    work = [Task("test_flaky", f"t{n}", "k", f"markers/t{n}.json", None, (("n", n),)) for n in range(3)]
+    failed: dict[str, str] = {}
+    live = [0, 0]
 
-        def count(records: int, documents: int) -> None:
-            live[0] += records
-            live[1] += documents
+    def count(records: int, documents: int) -> None:
+        live[0] += records
+        live[1] += documents
 
-        reports = run_phase(InlineRunner(count), options, work, failed)
-        assert sorted(reports) == ["t0", "t2"] and failed == {"t1": "ValueError: bad record 7"}
-        assert live == [10, 4]  # the failed task's counts taken back: the live line counts what the totals will
-        assert reports["t2"]["key"] == "k" and (tmp_path / "out" / "markers" / "t2.json").exists()
-        assert not (tmp_path / "out" / "markers" / "t1.json").exists()  # no marker: the next run redoes it
-        again = run_phase(
-            InlineRunner(), options, [Task("test_flaky", "t2", "k", "markers/t2.json", None, (("n", 9),))], {}
-        )
-        assert again["t2"]["n"] == 2  # its marker holds its key: done, not run again
-    finally:
-        del tasks.KINDS["test_flaky"]
+    reports = run_phase(InlineRunner(count), options, work, failed)
+    assert sorted(reports) == ["t0", "t2"] and failed == {"t1": "ValueError: bad record 7"}
+    assert live == [10, 4]  # the failed task's counts taken back: the live line counts what the totals will
+    assert reports["t2"]["key"] == "k" and (tmp_path / "out" / "markers" / "t2.json").exists()
+    assert not (tmp_path / "out" / "markers" / "t1.json").exists()  # no marker: the next run redoes it
+    again = run_phase(
+        InlineRunner(), options, [Task("test_flaky", "t2", "k", "markers/t2.json", None, (("n", 9),))], {}
+    )
+    assert again["t2"]["n"] == 2  # its marker holds its key: done, not run again
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_run_at_its_next_task(tmp_path):
+def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_run_at_its_next_task(tmp_path, restored_registries):
     """Python ignores a KeyboardInterrupt raised while a finalizer runs (it happened in a file object's, as a run
     read a shard's report): the command line's handler also marks the interrupt, which the work loops obey."""
     from corpus.cli_run import stop_on_signal
@@ -111,7 +108,6 @@ def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_run_at_its_next_ta
             next(outcomes)
         assert ran == ["t0"]
     finally:
-        del tasks.KINDS["test_counted"]
         tasks.INTERRUPTED.clear()
 
 
@@ -121,6 +117,7 @@ def test_buckets_hold_at_most_the_limit_of_documents_in_plan_order():
     assert grouped == [["a", "b"], ["c"], ["d"], ["e"]]  # d alone exceeds the limit: a bucket of its own
 
 
+@pytest.mark.slow  # runs a whole job
 def test_corpus_rules_count_over_their_bucket_of_shards(tmp_path):
     inputs = sample_in_two_shards(tmp_path)
     rules = '[annotate]\nrules = ["line_dedup"]\n[rules.line_dedup]\nmax_copies = 2\n[select]\nrules = []\n'
@@ -150,6 +147,7 @@ def test_corpus_rules_count_over_their_bucket_of_shards(tmp_path):
     assert combined.schema == rule.summary_schema and combined.equals(everything.cast(rule.summary_schema))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_quantiles_over_a_large_run_use_every_kth_document(tmp_path, monkeypatch):
     from corpus.engine import select
 
@@ -176,6 +174,7 @@ def _quantile_threshold(q: float):
     return Threshold("gopher_quality", "words", "max", None, q)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_reselecting_a_complete_run_starts_no_ray_and_redoes_only_selection(tmp_path):
     import ray
 
@@ -194,6 +193,7 @@ def test_reselecting_a_complete_run_starts_no_ray_and_redoes_only_selection(tmp_
     assert {p: p.stat().st_mtime_ns for p in documents} == documents  # the documents were not rewritten
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_run_written_to_an_fsspec_url_is_read_back_by_the_report_and_the_token_reader(tmp_path):
     import fsspec
 
@@ -224,7 +224,7 @@ def test_numba_compiles_into_the_users_cache_folder_and_says_so_once(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from support import REPO
 
     environment = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "CORPUS_NUMBA_NOTICE")}
     environment["XDG_CACHE_HOME"] = str(tmp_path)
@@ -270,6 +270,7 @@ def test_kernels_are_cached_per_state_of_the_sources_and_the_latest_three_sets_k
     assert sorted(p.name for p in kernels.iterdir()) == ["current", "newer", "newest"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_plan_says_what_a_run_would_do_and_a_trial_reads_the_first_records_apart(tmp_path, capsys):
     """`corpus plan` writes nothing and counts the shards to extract, keep and re-annotate; `--limit N` reads the
     first N records of each input into OUTPUT-limitN; an input with no record is named in a warning."""
@@ -277,7 +278,7 @@ def test_plan_says_what_a_run_would_do_and_a_trial_reads_the_first_records_apart
 
     a, b = sample_in_two_shards(tmp_path)
     (tmp_path / "empty.warc.gz").write_bytes(b"")
-    job = write_job(tmp_path, [a, b], tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
+    job = write_job(tmp_path, [a, b], tmp_path / "out", annotate={"rules": ["gopher_quality"]})
     assert main(["plan", str(job)]) == 0
     said = capsys.readouterr().out
     assert "2 input(s), 2 shard(s)" in said and "to extract: 2 (" in said and not (tmp_path / "out").exists()
@@ -298,6 +299,7 @@ def test_plan_says_what_a_run_would_do_and_a_trial_reads_the_first_records_apart
     assert f"1 input(s) held no record at all: {tmp_path / 'empty.warc.gz'}; check" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # runs a whole job
 def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_is_redone(tmp_path, capsys):
     """Nothing of a text file named .warc.gz can be read: its shard fails (exit 1, named), is not complete, and
     the run after a real WARC is copied over it reads it; a file replaced at the same path is extracted again."""
@@ -306,7 +308,7 @@ def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_i
     a, b = sample_in_two_shards(tmp_path)
     real_b = (tmp_path / "b.warc.gz").read_bytes()
     (tmp_path / "b.warc.gz").write_text("just some text, not a crawl\n")
-    job = write_job(tmp_path, [a, b], tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
+    job = write_job(tmp_path, [a, b], tmp_path / "out", annotate={"rules": ["gopher_quality"]})
     assert main(["run", str(job), "--no-ray"]) == 1
     printed = capsys.readouterr().out
     assert f"failed shard {b}: InputFailed: {b}: no WARC record found; file starts with b'just some text, " in printed

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import garble_keeping_identity, real_documents, shared, write_job
+from support import garble_keeping_identity, real_documents, shared, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
@@ -211,6 +211,7 @@ def _dedup_job(tmp_path, source, extra=""):
     return load_job(write_job(tmp_path, [str(source)], tmp_path / "out", body))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_dedup_in_a_job_is_accounted_for_and_regrouped_without_recomputing_signatures(tmp_path):
     source = tmp_path / "crawl.warc.gz"
     shutil.copy(SAMPLE_PATH, source)
@@ -260,6 +261,7 @@ def test_dedup_in_a_job_is_accounted_for_and_regrouped_without_recomputing_signa
     assert len(near) == verified["stages"]["dedup"]["dropped"]["minhash_duplicate"] and similarity.min() >= 0.6
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_gov_uk_recrawl_keeps_the_latest_copy_of_each_page(tmp_path):
     first = shared("warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz")
     second = shared("warc-ukwa-govuk/BL-20140325122341434-00000-32090~opera~8443.warc.gz")
@@ -280,6 +282,7 @@ def test_the_gov_uk_recrawl_keeps_the_latest_copy_of_each_page(tmp_path):
     assert stats["stages"]["dedup"]["dropped"]["url_duplicate"] == sum(len(rows) - 1 for rows in recrawled)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_dedup_resumes_per_task_after_a_killed_run_and_leaves_only_decisions(tmp_path, monkeypatch):
     from corpus.engine import tasks
 
@@ -332,6 +335,7 @@ def _decision_files(out, step) -> list[str]:
     return [str(p.relative_to(out / "dedup" / step)) for p in (out / "dedup" / step / "decisions").iterdir()]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
     source = tmp_path / "crawl.warc.gz"
     shutil.copy(SAMPLE_PATH, source)
@@ -344,6 +348,7 @@ def test_dedup_of_nothing_selected_is_an_empty_stage_not_a_failure(tmp_path):
     assert components_in_memory([partition_forest(empty, "minhash")], "minhash", 3).num_rows == 0
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_shard_dropped_from_the_job_leaves_no_trace_in_dedup(tmp_path):
     from corpus.sample.generate import build_sample
 

@@ -15,7 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import benchmark_module, shared, unavailable, write_job
+from support import benchmark_module, shared, unavailable, write_job
+
+pytestmark = pytest.mark.slow  # each compares with a peer on real data
 
 LANGUAGES = {  # language key -> its UDHR file
     "cmn_Hani": "cmn_hans",
@@ -95,7 +97,6 @@ def datatrove_filters(key: str, config: dict) -> dict:
     }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("key", list(LANGUAGES))
 def test_per_language_decisions_agree_with_datatrove(key, warc_pages):
     import yaml

@@ -6,7 +6,7 @@ import gzip
 import io
 
 import pytest
-from conftest import SHARED_WARC_HTML_RECORDS, shared
+from support import SHARED_WARC_HTML_RECORDS, shared
 from warcio.archiveiterator import ArchiveIterator
 
 from corpus.stages.read import ReadOptions, decode_body, domain_of, read_records, sha1_digest

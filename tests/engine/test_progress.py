@@ -2,6 +2,8 @@
 
 import io
 
+import pytest
+
 from corpus.engine.progress import RunProgress
 
 
@@ -19,10 +21,11 @@ def test_plain_log_lines_when_not_a_terminal():
     assert lines[3].endswith("shard b-5678 FAILED: FileNotFoundError: gone.warc.gz")
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_runs_log_says_where_it_runs_names_each_phase_and_is_never_behind(tmp_path):
     import re
 
-    from conftest import write_job
+    from support import write_job
 
     from corpus.config.job import load_job
     from corpus.engine import run_job

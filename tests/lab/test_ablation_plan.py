@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO
 from scipy import stats
+from support import REPO
 
 pytest.importorskip("torch", reason="the ablation extra (torch) is not installed")
 

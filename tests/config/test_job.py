@@ -6,16 +6,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import documentation
 from pydantic import BaseModel
+from support import REPO, documentation
 
 from corpus.cli import main
 from corpus.config.job import Job, load_job
 from corpus.engine.inputs import job_inputs
 from corpus.errors import JobError
 from corpus.sample.generate import SAMPLE_PATH
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def job_file(tmp_path: Path, body: str) -> Path:
@@ -230,6 +228,7 @@ def test_inputs_list_with_prefix_and_limit(tmp_path):
     )
 
 
+@pytest.mark.slow  # runs a whole job
 def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
     path = job_file(tmp_path, "[read]\nbatchsize = 10\n")
     assert main(["run", str(path), "--no-ray"]) == 2

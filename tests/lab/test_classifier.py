@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import benchmark_module, shared, write_job
+from support import benchmark_module, shared, write_job
 
 from corpus.api import quality_scores
 from corpus.cli import main
@@ -51,6 +51,7 @@ def labelled(clean_run, tmp_path_factory):
     return path, out / "documents"
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_classifier_separates_reference_articles_from_crawl_pages_on_held_out_data(labelled, tmp_path, capsys):
     positives, negatives = labelled
     model = tmp_path / "quality.bin"
@@ -78,6 +79,7 @@ def test_the_classifier_separates_reference_articles_from_crawl_pages_on_held_ou
         train(read_texts([str(positives)]), read_texts([str(negatives)]), str(tmp_path), SMALL)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_quantized_model_is_far_smaller_and_scores_as_well(labelled, tmp_path, capsys):
     """`--quantize` writes fastText's product-quantized model; an unquantized model over 100 MB gets a note."""
     positives, negatives = labelled
@@ -142,6 +144,7 @@ def _job(tmp_path, model, select: str, out: str = "out"):
     return load_job(write_job(tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / out, body))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_rule_scores_every_document_with_the_model_and_selects_by_threshold_or_top_fraction(
     labelled, model_file, tmp_path
 ):
@@ -176,6 +179,7 @@ def test_the_rule_scores_every_document_with_the_model_and_selects_by_threshold_
     assert not np.array_equal(rescored.column(0).to_numpy(), scores)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_model_files_that_cannot_be_used_fail_at_job_load_with_their_path(labelled, model_file, tmp_path):
     with pytest.raises(JobError, match="key 'rules.quality_classifier.model': no such file .*missing.bin"):
         _job(tmp_path, tmp_path / "missing.bin", "")
@@ -196,7 +200,7 @@ def test_model_files_that_cannot_be_used_fail_at_job_load_with_their_path(labell
                 tmp_path,
                 [str(tmp_path / "crawl.warc.gz")],
                 tmp_path / "o",
-                '[annotate]\nrules = ["quality_classifier"]',
+                annotate={"rules": ["quality_classifier"]},
             )
         )
     every_rule = load_job(write_job(tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / "o"))

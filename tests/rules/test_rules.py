@@ -8,41 +8,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import documentation, real_documents, unavailable
+from support import documentation, kept_by_defaults, real_documents, signals, unavailable, write_job
 
-from corpus import rulebook
 from corpus.config.job import default_rule_order, load_job
 from corpus.errors import JobError
 from corpus.rulebook import discover
 from corpus.sample.generate import SAMPLE_PATH
-from corpus.stages.select import Threshold, default_thresholds, select_documents
+from corpus.stages.select import Threshold, select_documents
 from corpus.text.batch import DocumentBatch
 
 
-def signals(rule_name: str, texts, urls=None, langs=None, scores=None, **options) -> dict[str, list]:
-    rule_class = discover()[rule_name]
-    rule = rule_class(rule_class.Options.model_validate(options))
-    docs = DocumentBatch(list(texts), urls, langs, scores)
-    values = rule.modify(docs)[0] if rule.modifies_text else rule.compute(docs)
-    return {
-        name: column.to_pylist() if isinstance(column, pa.Array) else np.asarray(column).tolist()
-        for name, column in values.items()
-    }
-
-
-def kept_by_defaults(rule_name: str, values: dict[str, list]) -> list[bool]:
-    rule = discover()[rule_name]
-    table = pa.table(
-        {
-            "id": [str(i) for i in range(len(next(iter(values.values()))))],
-            **{f"{rule_name}.{s.name}": pa.array(values[s.name], s.type) for s in rule.signals},
-        }
-    )
-    thresholds = default_thresholds(rule)
-    return select_documents(table, thresholds)[0].table.column("kept").to_pylist()
-
-
-def test_the_readmes_example_rule_and_its_test_pass(monkeypatch):
+def test_the_readmes_example_rule_and_its_test_pass(restored_registries):
     """`rules/shouting.py` and `test_shouting` as the README's "Writing a rule" gives them."""
     readme = documentation()
     section = readme[readme.index("### Writing a rule") :]
@@ -50,8 +26,6 @@ def test_the_readmes_example_rule_and_its_test_pass(monkeypatch):
         section[start : section.index("```", start)]
         for start in (section.index('"""Shouting'), section.index("def test_shouting():"))
     )
-    discover()  # every rule registered first: the registry is restored after this test
-    monkeypatch.setattr(rulebook, "_REGISTRY", dict(rulebook._REGISTRY))
     exec(compile(rule_code, "rules/shouting.py", "exec"), {"__name__": "corpus.rules.shouting"})
     assert discover()["shouting"].signals[0].name == "upper_frac"
     names = {"pytest": pytest, "signals": signals, "kept_by_defaults": kept_by_defaults}
@@ -173,9 +147,8 @@ def test_olmo2_without_its_tokenizer_is_refused_at_load_saying_where_to_get_it(t
     import corpus.rules.olmo2 as olmo2
 
     monkeypatch.setattr(olmo2, "bundled_neox_tokenizer", lambda: "")
-    job = tmp_path / "job.toml"
     (tmp_path / "in.warc.gz").write_bytes(b"")
-    job.write_text('name = "j"\ninputs = ["in.warc.gz"]\noutput = "out"\n[annotate]\nrules = ["olmo2"]\n')
+    job = write_job(tmp_path, ["in.warc.gz"], "out", annotate={"rules": ["olmo2"]})
     with pytest.raises(JobError, match="rules.olmo2': needs GPT-NeoX's tokenizer .*pip install --no-deps"):
         load_job(job)
     (tmp_path / "tokenizer.json").write_text("{}")
@@ -258,8 +231,7 @@ def test_dirty_words_whole_words_in_the_documents_language(tmp_path):
 
 
 def test_dirty_words_refuses_a_job_without_lists(tmp_path):
-    job = tmp_path / "job.toml"
-    job.write_text('name = "j"\ninputs = ["in.warc.gz"]\noutput = "out"\n[annotate]\nrules = ["dirty_words"]\n')
+    job = write_job(tmp_path, ["in.warc.gz"], "out", annotate={"rules": ["dirty_words"]})
     (tmp_path / "in.warc.gz").write_bytes(b"")
     with pytest.raises(JobError, match="rules.dirty_words': needs `lists`, a folder"):
         load_job(job)
@@ -523,8 +495,7 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
         {"body": "A calm and ordinary day. " * 5, "key": "calm"},
     ]
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in spam_and_prose))
-    mapped = tmp_path / "mapped.toml"
-    mapped.write_text('name = "t"\ninputs = ["gone.jsonl"]\noutput = "out"\n[dataset]\ntext = "body"\nid = "key"\n')
+    mapped = write_job(tmp_path, ["gone.jsonl"], "out", name="mapped", dataset={"text": "body", "id": "key"})
     assert main(["rules", "try", "top_word", str(tmp_path / "docs.jsonl"), "--job", str(mapped)]) == 0
     shown = capsys.readouterr().out
     assert "spam  DROP top_word.frac.max" in shown and "calm  KEEP" in shown and shown.count("top_word.frac =") == 2
@@ -536,8 +507,7 @@ def test_rules_list_and_try_from_the_command_line(tmp_path, capsys):
     # a corpus rule takes the files given as its corpus: a line in both is in 2 documents, not more than 1
     for name, story in (("a.txt", "Story one."), ("b.txt", "Story two.")):
         (tmp_path / name).write_text(f"{story}\nSubscribe now!\n")
-    job = tmp_path / "job.toml"
-    job.write_text(f'name = "t"\ninputs = ["{spam}"]\noutput = "out"\n[rules.line_dedup]\nmax_copies = 1\n')
+    job = write_job(tmp_path, [spam], "out", rules={"line_dedup": {"max_copies": 1}})
     assert (
         main(["rules", "try", "line_dedup", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--job", str(job)]) == 0
     )

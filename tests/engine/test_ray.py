@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, sample_in_two_shards, write_job
+from support import REPO, sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
@@ -114,7 +114,7 @@ def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_ma
                    capture_output=True, timeout=120)  # fmt: skip
     try:
         inputs = sample_in_two_shards(tmp_path)
-        job = write_job(tmp_path, inputs, tmp_path / "out", '[annotate]\nrules = ["gopher_quality"]\n')
+        job = write_job(tmp_path, inputs, tmp_path / "out", annotate={"rules": ["gopher_quality"]})
         run = subprocess.run([sys.executable, "-m", "corpus.cli", "run", str(job)], env=environment,
                              capture_output=True, text=True, timeout=600)  # fmt: skip
         assert run.returncode == 0, run.stderr

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import shared, unavailable, write_job
+from support import shared, unavailable, write_job
 
 from corpus.text.batch import DocumentBatch
 from corpus.text.characters import code_points
@@ -161,9 +161,7 @@ def test_a_per_language_job_takes_fineweb2s_thresholds(tmp_path):
     from corpus.config.job import load_job
 
     configs = shared(CONFIGS)
-    job = load_job(
-        write_job(tmp_path, [], tmp_path / "out", job_text(f'per_language = "{configs}"'))
-    )
+    job = load_job(write_job(tmp_path, [], tmp_path / "out", job_text(f'per_language = "{configs}"')))
     by_reason = {t.reason: t for t in job.thresholds}
     mandarin = dict(by_reason["language.score.min"].by_language)
     assert mandarin["cmn_Hani"] == pytest.approx(0.692) and by_reason["language.score.min"].value == 0.65

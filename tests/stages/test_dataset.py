@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import real_documents, write_job
+from support import real_documents, write_job
 
 from corpus.api import apply_rules
 from corpus.config.job import load_job
@@ -232,7 +232,7 @@ def test_bad_dataset_inputs_are_refused_at_load_naming_the_file_and_its_columns(
         job_inputs(load_job(job))
     as_numbers = documents.slice(0, 5).append_column("length", pc.utf8_length(documents.slice(0, 5).column("body")))
     pq.write_table(as_numbers, tmp_path / "numbers.parquet")
-    job = write_job(tmp_path, [str(tmp_path / "numbers.parquet")], tmp_path / "out", '[dataset]\ntext = "length"\n')
+    job = write_job(tmp_path, [str(tmp_path / "numbers.parquet")], tmp_path / "out", dataset={"text": "length"})
     refused = r"key 'dataset.text': column 'length' of .*numbers.parquet holds int32, not text; set dataset.text to "
     with pytest.raises(JobError, match=refused + r"a string column \(its string columns: doc_id, body, link\)$"):
         job_inputs(load_job(job))

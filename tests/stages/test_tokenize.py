@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import real_documents, unavailable, write_job
+from support import real_documents, unavailable, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
@@ -78,6 +78,7 @@ def _tiktoken_file(tokenizer_json: str, folder: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_tiktoken_file_tokenizes_real_documents_and_runs_in_a_job(tokenizer_file, tmp_path):
     path, texts = tokenizer_file
     tiktoken_path = _tiktoken_file(path, tmp_path)
@@ -156,6 +157,7 @@ def _job(tmp_path, tokenizer: str, out: str, extra: str = ""):
     return load_job(write_job(tmp_path, [str(tmp_path / "crawl.warc.gz")], tmp_path / out, body))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_job_writes_token_shards_that_add_up_and_are_deterministic(tokenizer_file, tmp_path):
     path, _ = tokenizer_file
     shutil.copy(SAMPLE_PATH, tmp_path / "crawl.warc.gz")
@@ -236,6 +238,7 @@ def token_run(tokenizer_file, tmp_path_factory):
     return run, np.concatenate(pq.read_table(run / "tokens" / "shards").column("tokens").to_numpy(False).tolist())
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_tokenizer_command_trains_on_the_selected_documents_of_a_run(token_run, tmp_path, capsys):
     from corpus.cli import main
 
@@ -251,6 +254,7 @@ def test_the_tokenizer_command_trains_on_the_selected_documents_of_a_run(token_r
     )
 
 
+@pytest.mark.slow  # runs a whole job
 def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resumes(token_run):
     run, everything = token_run
     readers = [TokenStream(run, 255, rank=r, world_size=2, worker=w, num_workers=2) for r in (0, 1) for w in (0, 1)]
@@ -269,6 +273,7 @@ def test_token_stream_gives_every_token_once_across_ranks_and_workers_and_resume
     assert [s.tolist() for s in dropped] == [s.tolist() for s in sequences[2] if len(s) == 256]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and_resumes(token_run):
     import torch
     from torch.utils.data import DataLoader
@@ -304,6 +309,7 @@ def test_the_torch_dataset_gives_every_token_once_through_dataloader_workers_and
         next(iter(DataLoader(TokenDataset(run, 127, 1, 2, state=state), batch_size=4, num_workers=0)))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path):
     from corpus.engine.tokens import training_texts
 
@@ -344,6 +350,7 @@ def test_token_shards_hold_the_text_after_the_modifiers(tokenizer_file, tmp_path
     assert sum(decoded[doc_id] != stored[doc_id] for doc_id in decoded) > len(decoded) // 2  # C4 cut most pages
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_seeded_shuffle_mixes_documents_across_shards_deterministically(tokenizer_file, tmp_path):
     from corpus.sample.generate import build_sample
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from conftest import REPO, shared
+from support import REPO, shared
 
 spec = importlib.util.spec_from_file_location("faults", REPO / "benchmarks" / "faults.py")
 faults = importlib.util.module_from_spec(spec)
@@ -61,6 +61,7 @@ def test_a_fault_never_crashes_the_job_nor_loses_a_record_and_is_named(name, bas
         assert len(texts) == 2 and all(text.startswith("Grüße aus Köln, schöne Straße.") for text in texts)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_full_disk_fails_the_run_cleanly_and_a_rerun_after_making_room_completes(shared_warcs, tmp_path):
     from corpus.config.job import load_job
     from corpus.engine import run_job

@@ -8,7 +8,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from conftest import shared
+from support import shared
 
 from corpus.stages import extract_watchdog
 from corpus.stages.columns import binary_column, concatenated, values_of
@@ -223,7 +223,7 @@ def test_each_extraction_mode_on_real_articles(page_id):
     import gzip
     import json
 
-    from conftest import benchmark_module
+    from support import benchmark_module
 
     from corpus.stages.extract import main_text
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, write_job
+from support import REPO, write_job
 
 from corpus.cli import main
 from corpus.config.job import load_job
@@ -102,6 +102,7 @@ def test_histograms_span_the_values_there_are_and_draw_the_threshold_where_it_cu
     assert (layout.line, layout.shade) == (50.0, (0.0, 50.0))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_report_numbers_equal_the_runs_stats(sample_run):
     out, stats = sample_run
     data = report_data(load_run(out))
@@ -136,6 +137,7 @@ def test_the_report_numbers_equal_the_runs_stats(sample_run):
     ) + sum(dropped.values())
 
 
+@pytest.mark.slow  # runs a whole job
 def test_samples_show_what_each_rule_dropped_with_its_span_and_kept_ones_near_the_threshold(sample_run):
     out, _ = sample_run
     data = report_data(load_run(out), sample=3, seed=1)
@@ -163,6 +165,7 @@ def test_samples_show_what_each_rule_dropped_with_its_span_and_kept_ones_near_th
     assert report_data(load_run(out), sample=3, seed=1)["samples"] == data["samples"]  # seeded
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_hypothetical_selection_reports_what_a_threshold_would_drop_without_touching_the_run(sample_run, tmp_path):
     out, _ = sample_run
     stamps = {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()}
@@ -178,6 +181,7 @@ def test_a_hypothetical_selection_reports_what_a_threshold_would_drop_without_to
     assert {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()} == stamps
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_select_file_merges_into_the_jobs_thresholds_and_keeps_the_runs_duplicates(sample_run, tmp_path):
     """A select file that restates one of the job's thresholds reports the run exactly (dedup included, in the job's
     order of steps); one that raises one threshold drops more by that rule alone, every other threshold the job's."""
@@ -199,6 +203,7 @@ def test_a_select_file_merges_into_the_jobs_thresholds_and_keeps_the_runs_duplic
     assert data["funnel"][-1]["documents"] < actual["funnel"][-2]["documents"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_errors(sample_run, tmp_path):
     browser = _browser()
     out, _ = sample_run
@@ -259,6 +264,7 @@ def test_the_html_renders_in_headless_chromium_with_its_figures_and_no_console_e
     assert shown == {"red bar": 2, "red line": 8, "no red": len(view.thresholds) - 10}
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_run_summary_reads_whole_at_80_columns(sample_run):
     """Every stage in the pipeline's order, every reason and count whole on its line, the modifiers' cut said."""
     from rich.console import Console
@@ -278,6 +284,7 @@ def test_the_run_summary_reads_whole_at_80_columns(sample_run):
     assert 0 < cut < 0.5 and any("characters the modifiers removed" in line and f"{cut:.1%}" in line for line in lines)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_export_writes_the_kept_documents_as_the_token_shards_hold_them_in_each_format(sample_run, tmp_path, capsys):
     """The kept documents with the modifiers' text: the run's tokenizer encodes each exported text to the tokens its
     token shard holds; JSONL, Parquet and the Hub layout hold the same rows, which `datasets` loads by folder."""
@@ -313,6 +320,7 @@ def test_export_writes_the_kept_documents_as_the_token_shards_hold_them_in_each_
     assert "documents have no column 'nope'; they have: id, url" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_report_into_a_run_folder_it_cannot_write_says_to_give_out(sample_run, monkeypatch, capsys):
     """A read-only run folder (a mounted bucket, another user's run; root writes anywhere, so the refusal is made)."""
     import errno
@@ -331,6 +339,7 @@ def test_a_report_into_a_run_folder_it_cannot_write_says_to_give_out(sample_run,
     )
 
 
+@pytest.mark.slow  # runs a whole job
 def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
     out, _ = sample_run
     assert main(["report", str(out), "--out", str(tmp_path / "r" / "r.html"), "--sample", "2"]) == 0
@@ -351,6 +360,7 @@ def test_report_and_inspect_commands(sample_run, tmp_path, capsys):
     assert json.loads((out / "stats.json").read_text())["totals"]["kept"] == 148
 
 
+@pytest.mark.slow  # runs a whole job
 def test_with_a_tokenizer_the_report_counts_tokens_and_the_kept_ones_are_the_token_shards(tmp_path):
     from corpus.stages.tokenize import train_tokenizer
 
@@ -374,6 +384,7 @@ def test_with_a_tokenizer_the_report_counts_tokens_and_the_kept_ones_are_the_tok
     assert data["funnel"][2]["tokens"] - rule["tokens"] == kept["tokens"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_finished_run_is_reported_as_it_ran_without_its_inputs_or_its_edited_job_file(tmp_path):
     # A run is read back from what it wrote: its inputs may be deleted (or on a cluster's storage), and its job
     # file edited since. Here: the JSONL input deleted, the job file's threshold changed afterwards.

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import sample_in_two_shards, write_job
+from support import REPO, sample_in_two_shards, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import RunFolder, run_job
@@ -111,6 +111,7 @@ def http_server(tmp_path):
         server.server_close()
 
 
+@pytest.mark.slow  # runs a whole job
 def test_inputs_over_http_survive_throttling_a_server_error_and_a_dropped_connection(http_server, tmp_path, capsys):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (a dependency of corpus)")
     local = [Path(path) for path in sample_in_two_shards(http_server.folder)]
@@ -224,6 +225,7 @@ def s3_bucket(monkeypatch):
         server.stop()
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_reader(s3_bucket, tmp_path):
     import fsspec
     import numpy as np
@@ -270,6 +272,7 @@ def test_a_run_into_s3_resumes_and_is_read_back_by_the_report_and_the_token_read
     assert sum(len(s) for s in sequences) == first["tokens"]["tokens"] > 0
 
 
+@pytest.mark.slow  # runs a whole job
 def test_an_ablation_selects_and_trains_from_a_documents_run_in_s3(s3_bucket, tmp_path):
     """The documents run lives in the bucket; the ablation (its own folder local: it trains from local token
     shards) reads the stored signals from there, and its variants differ as their selections say."""
@@ -285,7 +288,7 @@ def test_an_ablation_selects_and_trains_from_a_documents_run_in_s3(s3_bucket, tm
         '[annotate]\nrules = ["language", "gopher_quality"]\n[rules.language]\nlanguages = ["en"]\n'
         '[dedup]\nkeys = ["exact"]\n'
     )
-    heldout = Path(__file__).parents[1] / "jobs" / "references" / "sample_heldout.jsonl"
+    heldout = REPO / "jobs" / "references" / "sample_heldout.jsonl"
     (tmp_path / "micro.toml").write_text(
         'name = "micro"\ndocuments = "documents.toml"\noutput = "ablation"\nseeds = [0]\nbaseline = "all"\n'
         "[tokenizer]\nvocab_size = 512\n[model]\nd_model = 32\nn_layers = 1\nn_heads = 2\nseq_len = 32\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, shared, write_job
+from support import REPO, shared, write_job
 
 from corpus.cli import main
 from corpus.config.job import load_job

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, SHARED_WARC_HTML_RECORDS, garble_keeping_identity, write_job
+from support import REPO, SHARED_WARC_HTML_RECORDS, garble_keeping_identity, write_job
 
 from corpus.cli import main
 from corpus.config.job import load_job
@@ -21,6 +21,7 @@ from corpus.stages.annotate import annotated_schema
 from corpus.stages.schema import DOCUMENTS
 
 
+@pytest.mark.slow  # runs a whole job
 def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
     job, stats, out = clean_run
     per_source = {shard["source"]: shard["stages"] for shard in stats["per_shard"].values()}
@@ -38,6 +39,7 @@ def test_every_record_of_every_shared_warc_is_accounted_for(clean_run):
     assert stats["stages"]["read"]["kept"] == sum(SHARED_WARC_HTML_RECORDS.values()) == 330
 
 
+@pytest.mark.slow  # runs a whole job
 def test_outputs_agree_with_the_counts(clean_run):
     job, stats, out = clean_run
     table = pq.read_table(out / "documents")
@@ -57,6 +59,7 @@ def test_outputs_agree_with_the_counts(clean_run):
     assert row["lang"] == "an" and "Escopete ye un municipio" in row["text"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_rerun_skips_complete_shards_and_gives_the_same_totals(clean_run):
     job, stats, out = clean_run
     again = run_job(job, use_ray=False)
@@ -65,16 +68,18 @@ def test_rerun_skips_complete_shards_and_gives_the_same_totals(clean_run):
     assert again["throughput"]["records_this_run"] == 0
 
 
+@pytest.mark.slow  # runs a whole job
 def test_changed_options_refuse_a_stale_output(clean_run, tmp_path):
     job, _, out = clean_run
     kept = {name: (out / name).read_bytes() for name in ("job.toml", "plan.parquet")}
-    other = write_job(tmp_path, [job.inputs[0]], out, '[extract]\nextractor = "resiliparse"\n')
+    other = write_job(tmp_path, [job.inputs[0]], out, extract={"extractor": "resiliparse"})
     with pytest.raises(StaleOutput, match="made with other read/extract options"):
         run_job(load_job(other), use_ray=False)
     # refused before it wrote anything: the run there is still read as the run it is (its job, its shards)
     assert {name: (out / name).read_bytes() for name in kept} == kept
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
     job = load_job(write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "out"))
     holder = RunFolder(job.output)
@@ -86,6 +91,7 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
         holder.unlock()
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_file_is_not_taken_for_an_output_folder(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     job = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "notes.txt")
@@ -101,6 +107,7 @@ def test_a_file_is_not_taken_for_an_output_folder(tmp_path, capsys):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow  # runs a whole job
 def test_an_unreadable_input_fails_its_shard_and_a_rerun_retries_it(tmp_path, capsys):
     source = tmp_path / "copy.warc.gz"
     shutil.copy(SAMPLE_PATH, source)
@@ -132,6 +139,7 @@ def test_the_embedded_sample_is_rebuilt_byte_for_byte(tmp_path):
     assert main(["sample", "--out", str(tmp_path)]) == 2
 
 
+@pytest.mark.slow  # runs a whole job
 def test_sample_job_from_the_cli(tmp_path, capsys):
     assert main(["run", str(REPO / "jobs" / "sample.toml"), "--output", str(tmp_path / "sample"), "--no-ray"]) == 0
     printed = capsys.readouterr().out
@@ -147,6 +155,7 @@ def test_sample_job_from_the_cli(tmp_path, capsys):
     assert {"en", "fr", "de", "es", "it", "nl", "ru", "ja", "zh"} <= set(langs)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_new_thresholds_and_new_rules_never_read_the_warc_again(tmp_path):
     source = tmp_path / "crawl.warc.gz"
     shutil.copy(SAMPLE_PATH, source)
@@ -172,6 +181,7 @@ def test_new_thresholds_and_new_rules_never_read_the_warc_again(tmp_path):
     assert "fineweb.line_punct_ratio.min" in third["rules"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_corpus_rules_reduce_over_shards_and_quantiles_resolve_over_the_run(tmp_path):
     first, second = tmp_path / "a.warc.gz", tmp_path / "b.warc.gz"
     data, _ = build_sample()

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, real_documents, shared, write_job
+from support import REPO, real_documents, shared, write_job
 
 from corpus.config.job import load_job
 from corpus.engine import run_job
@@ -47,6 +47,7 @@ def shards_and_reference(tmp_path_factory):
 CONFIG = ModelConfig(vocab_size=512, seq_len=64, d_model=64, n_layers=2, n_heads=4)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_training_lowers_the_loss_and_the_same_seed_gives_the_same_losses(shards_and_reference):
     run, reference = shards_and_reference
     options = TrainOptions(steps=60, batch_size=8, lr=3e-3, warmup=5, eval_every=30, seed=1)
@@ -62,6 +63,7 @@ def test_training_lowers_the_loss_and_the_same_seed_gives_the_same_losses(shards
     assert drop(other) != drop(rows)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_bits_per_byte_is_the_token_loss_over_the_text_bytes(shards_and_reference):
     _, reference = shards_and_reference
     torch.manual_seed(0)
@@ -88,6 +90,7 @@ def test_bits_per_byte_is_the_token_loss_over_the_text_bytes(shards_and_referenc
     assert len(set(scores["bits_per_byte.items"])) == documents == 8  # the articles differ: noise to measure
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_budget_past_the_data_repeats_it_and_says_how_often(shards_and_reference):
     run, reference = shards_and_reference
     manifest = json.loads((run / "tokens" / "manifest.json").read_text())
@@ -139,6 +142,7 @@ def test_the_ladder_sizes_are_olmo_cores_with_their_published_shapes():
         LanguageModel(ModelConfig(vocab_size=512, size="olmo2_15M"))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_ladder_size_trains_on_the_shards(shards_and_reference):
     run, reference = shards_and_reference
     config = ModelConfig(vocab_size=512, seq_len=64, size="olmo2_1M")

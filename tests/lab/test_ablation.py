@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, garble_keeping_identity, unavailable
 from scipy import stats
+from support import REPO, garble_keeping_identity, unavailable
 
 from corpus.cli import main
 from corpus.config.job import load_job
@@ -139,6 +139,7 @@ def micro(tmp_path_factory):
     return folder, ablation, summary, copied_id, logs
 
 
+@pytest.mark.slow  # runs a whole job
 def test_corpus_ablate_run_resumes_a_finished_ablation_from_the_command_line(micro, capsys):
     folder = micro[0]
     before = pq.read_table(folder / "ablation" / "results.parquet")
@@ -150,6 +151,7 @@ def test_corpus_ablate_run_resumes_a_finished_ablation_from_the_command_line(mic
     assert after.drop_columns(["tokens_per_s"]).equals(before.drop_columns(["tokens_per_s"]))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_micro_ablation_results_have_the_schema_and_one_row_per_evaluation(micro):
     folder, ablation, summary, _, logs = micro
     assert summary["failed_runs"] == {} and "training: 4 of 4 runs to do (0 done by an earlier run)" in logs
@@ -195,6 +197,7 @@ def test_micro_ablation_results_have_the_schema_and_one_row_per_evaluation(micro
     assert variants["filtered"]["passes"]["d32L1"] == pytest.approx(8448 / variants["filtered"]["tokens"])
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_variant_past_the_pass_limit_is_data_limited_everywhere(micro):
     folder, _, summary, _, logs = micro
     variants = summary["variants"]
@@ -210,6 +213,7 @@ def test_a_variant_past_the_pass_limit_is_data_limited_everywhere(micro):
     assert {row["noise"] for row in rows} == {"seeds and items"}
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_missing(micro):
     folder, ablation, _, _, _ = micro
     before = pq.read_table(folder / "ablation" / "results.parquet")
@@ -223,6 +227,7 @@ def test_the_same_seed_gives_the_same_losses_and_a_resume_trains_only_what_is_mi
         assert _losses(after, run) == _losses(before, run)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_ctrl_c_while_training_says_how_many_runs_are_complete(micro):
     from corpus.engine.tasks import INTERRUPTED
     from corpus.lab.ablation import prepare_ablation
@@ -242,6 +247,7 @@ def test_ctrl_c_while_training_says_how_many_runs_are_complete(micro):
         marker.write_bytes(saved)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_an_ablation_goes_on_from_a_complete_documents_run_whose_crawl_is_gone(micro):
     # Signals once, select many: the crawl deleted after extraction, the ablation selects over the stored signals.
     folder = micro[0]
@@ -272,6 +278,7 @@ def test_an_ablation_goes_on_from_a_complete_documents_run_whose_crawl_is_gone(m
         (folder / "crawl.moved").rename(crawl)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_variants_folder_is_not_reported_as_a_run_but_pointed_to_what_holds_its_documents(micro):
     from corpus.report.run_report import load_run
 
@@ -287,6 +294,7 @@ def test_a_variants_folder_is_not_reported_as_a_run_but_pointed_to_what_holds_it
     )
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_tokenizer_trains_on_a_variants_selection_from_its_documents_run(micro, tmp_path, capsys):
 
     variant = micro[0] / "ablation" / "variants" / "filtered"  # a selection; the documents are the documents run's
@@ -295,6 +303,7 @@ def test_a_tokenizer_trains_on_a_variants_selection_from_its_documents_run(micro
     assert f"trained on {sum(selection):,} documents" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # runs a whole job
 def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(micro):
     folder, _, summary, copied_id, _ = micro
     overlap = pq.read_table(folder / "ablation" / "decontamination.parquet")
@@ -326,6 +335,7 @@ def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(m
         assert copied_id not in tokens and len(tokens) == summary["variants"][variant]["documents"]
 
 
+@pytest.mark.slow  # runs a whole job
 def test_variant_counts_account_for_every_document_and_agree_with_the_token_shards(micro):
     folder, _, summary, _, _ = micro
     counts = pq.read_table(folder / "ablation" / "variants.parquet").to_pylist()
@@ -631,6 +641,7 @@ def leave_one_out(micro):
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
+@pytest.mark.slow  # runs a whole job
 def test_leave_one_out_variants_select_over_stored_signals_without_reading_the_crawl(leave_one_out):
     """The assertions live in `_leave_one_out`, run by the fixture."""
     ablation, summary = leave_one_out
@@ -726,6 +737,7 @@ def _leave_one_out(tmp_path, quoted_id: str):
     return ablation, summary
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro, leave_one_out):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
@@ -755,6 +767,7 @@ def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro
     assert "Kendall tau" in "".join(output.get("text", "") for output in outputs)
 
 
+@pytest.mark.slow  # runs a whole job
 def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_noise(micro, leave_one_out, capsys):
 
     folder = micro[0]
@@ -822,6 +835,7 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     assert "no metric matches 'nothing.*'; the results have: heldout.nats_per_token" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # runs a whole job
 def test_an_unknown_task_is_refused_at_load_with_the_tasks_there_are(micro):
     folder = micro[0]
     job = (folder / "micro.toml").read_text().replace('tasks = ["arc_easy", "piqa"]', 'tasks = ["arc_easy", "mmlu_x"]')
@@ -837,6 +851,7 @@ def test_an_unknown_task_is_refused_at_load_with_the_tasks_there_are(micro):
         load_ablation(folder / "bad.toml")
 
 
+@pytest.mark.slow  # runs a whole job
 def test_a_variant_may_only_select_over_the_stored_signals(micro, tmp_path):
     folder = micro[0]
     job = (folder / "micro.toml").read_text().replace('dedup = { steps = ["exact"] }', 'dedup = { steps = ["url"] }')

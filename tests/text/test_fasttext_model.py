@@ -12,7 +12,7 @@ import fasttext
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import shared
+from support import shared
 
 from corpus.errors import ModelFileError
 from corpus.stages.columns import values_of

@@ -14,12 +14,14 @@ import tarfile
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SHARED_DATA, real_documents, shared, unavailable
+from support import SHARED_DATA, real_documents, shared, unavailable
 
 from corpus.rulebook import discover
 from corpus.stages.annotate import annotate_documents
 from corpus.stages.schema import DOCUMENTS
 from corpus.stages.select import default_thresholds, select_documents
+
+pytestmark = pytest.mark.slow  # each compares with a peer on real data
 
 DOCUMENTS_COMPARED = 2000
 
