@@ -22,7 +22,7 @@ def fingerprint(job: Job) -> str:
     """Hash of every option that changes a shard's documents (with the rules and thresholds applied before
     extraction); shards made under another fingerprint are stale."""
     options = {"read": job.read.model_dump(), "extract": job.extract.model_dump()}
-    if job.dataset != type(job.dataset)():  # crawl-only jobs keep the fingerprints they had
+    if job.dataset != type(job.dataset)():  # a [dataset] table maps dataset inputs; a crawl's shards never read it
         options["dataset"] = job.dataset.model_dump()
     if job.extract.prepass_languages:  # what the pre-pass reads decides what it drops
         options["prepass"] = {"version": extract.PREPASS_VERSION, "chars": extract.PREPASS_CHARS}
@@ -48,8 +48,7 @@ def _rule_entries(job: Job, names: set[str] | None = None) -> list:
             for option, value in options.items()
             if value and PATH_OPTION in fields[option].metadata
         }
-        entry = (registry[name].versioned_name(), options)
-        rules.append((*entry, files) if files else entry)  # a rule that names no file keeps its old fingerprint
+        rules.append((registry[name].versioned_name(), options, files))
     return rules
 
 
@@ -57,19 +56,19 @@ def annotate_fingerprint(job: Job) -> str:
     """Hash of the rules computed, their versions and settings (with the contents of the files they name: a model
     retrained in place), and of the dedup keys stored: signals made under another one are recomputed. Dedup's
     bands and rows are not in it: they only regroup stored signatures. The datasets' own columns are in it."""
-    rules = _rule_entries(job)
     keys = [field.name for field in key_fields(job.dedup)]
-    if "exact" in job.dedup.stored_keys():
-        keys.append({"text_key": 2})  # v2: v1 keys depended on the size of the batch a text was in
     if "minhash" in job.dedup.stored_keys():
         minhash = job.dedup.minhash
         keys.append({"ngram": minhash.ngram, "permutations": minhash.permutations, "seed": minhash.seed})
-    content = {"rules": rules, "dedup_keys": keys} if keys else rules  # without dedup: as before dedup existed
-    if job.input_schema:  # the datasets' columns every file stores: an input with a new column rewrites them all
-        content = {"signals": content, "input_schema": hashlib.sha256(job.input_schema).hexdigest()}
+    content = {
+        "rules": _rule_entries(job),
+        "dedup_keys": keys,
+        # the datasets' columns every file stores: an input with a new column rewrites them all
+        "input_schema": hashlib.sha256(job.input_schema).hexdigest(),
+    }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def thresholds_key(thresholds: list) -> list:
     """The part of a key that a list of resolved thresholds contributes."""
-    return [(t.reason, t.value, *([t.by_language] if t.by_language else [])) for t in thresholds]
+    return [(t.reason, t.value, t.by_language) for t in thresholds]
