@@ -31,8 +31,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from real_documents import SHARED, article_pieces, wikitext_articles
 
-from corpus.config.ablation import load_ablation
 from corpus.lab.ablation import run_ablation
+from corpus.lab.ablation_job import load_ablation
 from corpus.lab.verdicts import verdict_rows
 from corpus.stages.tokenize import train_tokenizer
 

@@ -30,8 +30,8 @@ import real_documents
 from real_documents import SHARED, article_pieces, html_pages, wikitext_articles
 
 from corpus.cli import main
-from corpus.config.ablation import load_ablation
 from corpus.lab.ablation import run_ablation
+from corpus.lab.ablation_job import load_ablation
 from corpus.lab.classifier import TrainOptions, train
 from corpus.sample.generate import WarcWriter
 

@@ -14,8 +14,8 @@ from corpus.errors import JobError, OutputLocked
 
 def _ablate_run(args: argparse.Namespace) -> int:
     from corpus.cli_run import stop_on_signal
-    from corpus.config.ablation import load_ablation
     from corpus.lab.ablation import run_ablation
+    from corpus.lab.ablation_job import load_ablation
     from corpus.lab.training_runs import TrainingInterrupted
 
     INTERRUPTED.clear()
@@ -51,8 +51,8 @@ def _ablate_run(args: argparse.Namespace) -> int:
 def _ablate_plan(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
-    from corpus.config.ablation import load_ablation
     from corpus.lab.ablation import prepare_ablation
+    from corpus.lab.ablation_job import load_ablation
     from corpus.lab.power import plan_lines
 
     try:

@@ -70,7 +70,7 @@ class RuleOptions(NoOptions):
 
 class Rule:
     name: ClassVar[str]
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 1  # raised when its signals' values change: runs recompute them (why: the log)
     signals: ClassVar[tuple[Signal, ...]]
     defaults: ClassVar[dict[str, dict[str, float | int | bool]]] = {}
     Options: ClassVar[type[BaseModel]] = NoOptions

@@ -74,7 +74,7 @@ class DirtyWords(Rule):
         lists: FilePath = ""  # a folder of LDNOOBW files named by language code
 
     name = "dirty_words"
-    version = 2  # v2: null for a language without a list, where v1 said 0
+    version = 2
     opt_in = True  # needs a folder of lists, which the job names
     signals = (
         Signal("count", pa.int32(), "matches of the language's list"),

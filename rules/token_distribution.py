@@ -65,7 +65,7 @@ class TokenDistribution(CorpusRule):
         rare_count: int = 2  # a word seen at most this often in the whole corpus is rare
 
     name = "token_distribution"
-    version = 2  # v2 hashes code points in Numba (v1: UTF-8 bytes of `re` words): other bucket collisions
+    version = 2
     signals = (
         Signal("kl", pa.float32(), "KL(document || corpus) over word unigrams, nats"),
         Signal("rare_frac", pa.float32(), "share of the document's words that are rare in the corpus", most=1),

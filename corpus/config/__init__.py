@@ -1,4 +1,4 @@
-"""Job files: TOML in, a validated `Job` out (`job`); ablation job files (`ablation`); the keys of both (`keys`)."""
+"""Job files: TOML in, a validated `Job` out (`job`), and every fingerprint and cache key of a job (`keys`)."""
 
 from pathlib import Path
 

@@ -27,6 +27,7 @@ from corpus.stages.extract import ExtractOptions
 from corpus.stages.options import StageOptions
 from corpus.stages.prefilter import PrefilterOptions
 from corpus.stages.read import ReadOptions
+from corpus.stages.select import Threshold
 from corpus.stages.tokenize import TextTokenizer, TokenizeOptions
 from corpus.text.fasttext_model import check_header
 
@@ -70,8 +71,8 @@ class Job(StageOptions):
     # Filled in by load_job, not by the file.
     source_file: str = ""
     source_sha256: str = ""
-    rule_settings: tuple[tuple[str, dict], ...] = ()  # (rule name, validated options) in annotate order
-    thresholds: tuple = ()  # stages.select.Threshold, in selection order
+    rule_settings: tuple[tuple[str, dict[str, Any]], ...] = ()  # (rule name, validated options) in annotate order
+    thresholds: tuple[Threshold, ...] = ()  # in selection order
     documents_from: str = ""  # the run whose documents this job selects: an ablation variant's, or a run read back
     input_schema: bytes = b""  # the datasets' own columns every documents file stores (an Arrow schema), from the plan
 
@@ -300,7 +301,6 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
     """(the rules selected on, their thresholds in selection order) from a `[select]` table over the computed
     rules `names`: each rule's published defaults, overridden by the table."""
     from corpus.rulebook import discover
-    from corpus.stages.select import Threshold
 
     registry = discover()
     select = dict(select)

@@ -1,6 +1,6 @@
 """Ablations: each variant of the rules trains small language models, scored on held-out text and downstream tasks.
 
-An ablation job (`jobs/ablation_*.toml`, read by `corpus.config.ablation`) names the documents job whose run holds the
+An ablation job (`jobs/ablation_*.toml`, read by `corpus.lab.ablation_job`) names the documents job whose run holds the
 signals, the variants (each a selection over those signals), one tokenizer, an equal token budget for every run,
 the model (and a ladder of larger ones), the seeds, the reference sets and the downstream tasks. `run_ablation`:
 
@@ -33,10 +33,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from corpus.config.ablation import Ablation, ModelOptions, fixed_steps
 from corpus.config.job import Job, RayOptions
 from corpus.engine import RunFolder, Task
 from corpus.errors import JobError
+from corpus.lab.ablation_job import Ablation, ModelOptions, fixed_steps
 from corpus.lab.decontamination import contamination_removed, decontaminate, write_exclusions
 from corpus.lab.downstream import load_items, tokenize_task
 from corpus.lab.training_runs import (

@@ -20,7 +20,7 @@ from torch import nn
 class ModelConfig:
     vocab_size: int
     seq_len: int = 256
-    size: str = ""  # a size of the ladder (`corpus.config.ablation.LADDER`); empty: the shape below
+    size: str = ""  # a size of the ladder (`corpus.lab.ablation_job.LADDER`); empty: the shape below
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4

@@ -237,7 +237,7 @@ def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
 
 
 def test_shipped_job_files_are_valid():
-    from corpus.config.ablation import load_ablation, validated_spec
+    from corpus.lab.ablation_job import load_ablation, validated_spec
 
     for path in sorted((REPO / "jobs").glob("*.toml")):
         # Schema only: cc_main's inputs need the network, shared_pages' are made by benchmarks/ablation_shared.py.
@@ -267,7 +267,7 @@ def test_readme_documents_every_job_key():
     sections = {"read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
-    from corpus.config.ablation import AblationJob
+    from corpus.lab.ablation_job import AblationJob
 
     ablation = readme[readme.index("| ablation key |") :]
     ablation = ablation[: ablation.index("\n\n")]

@@ -279,8 +279,8 @@ def test_an_ablation_selects_and_trains_from_a_documents_run_in_s3(s3_bucket, tm
     pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")
     import pyarrow.parquet as pq
 
-    from corpus.config.ablation import load_ablation
     from corpus.lab.ablation import run_ablation
+    from corpus.lab.ablation_job import load_ablation
     from corpus.sample.generate import SAMPLE_PATH
 
     (tmp_path / "documents.toml").write_text(

@@ -14,8 +14,8 @@ from support import REPO
 
 pytest.importorskip("torch", reason="the ablation extra (torch) is not installed")
 
-from corpus.config.ablation import load_ablation  # noqa: E402
 from corpus.errors import JobError
+from corpus.lab.ablation_job import load_ablation  # noqa: E402
 from corpus.lab.noise import Noise, difference_interval, minimum_detectable_effect  # noqa: E402
 from corpus.lab.power import needed_for  # noqa: E402
 from corpus.lab.verdicts import final_evaluations, final_window_problem, verdict_rows  # noqa: E402

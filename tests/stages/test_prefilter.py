@@ -211,7 +211,7 @@ def test_the_pre_pass_reads_pages_in_legacy_charsets_as_their_text(languages, ke
 
 
 def test_an_ablation_cannot_vary_what_its_documents_job_dropped_before_extraction(tmp_path):
-    from corpus.config.ablation import load_ablation
+    from corpus.lab.ablation_job import load_ablation
 
     prefilter = '[prefilter]\nrules = ["url"]\n'
     documents = write_job(tmp_path, [str(SAMPLE_PATH)], tmp_path / "docs", SAMPLE_RULES + prefilter)
