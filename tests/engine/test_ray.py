@@ -104,12 +104,22 @@ def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_ma
 
     current = Path("/tmp/ray/ray_current_cluster")  # where `ray start` records the cluster a bare init() joins
     saved = current.read_bytes() if current.exists() else None
-    with socket.socket() as probe:
+    # Every port of the other cluster chosen here, none left to Ray's defaults (52365) or its random picks: two
+    # clusters on one machine otherwise may pick the same agent port, which kills a raylet (ray#18053), a failure
+    # of the setup that came and went with the machine's load, never of what this test checks.
+    probes = [socket.socket() for _ in range(14)]
+    for probe in probes:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port, *ports = (probe.getsockname()[1] for probe in probes)
+    for probe in probes:
+        probe.close()
+    components = ["node-manager", "object-manager", "dashboard-agent-grpc", "dashboard-agent-listen", "metrics-export",
+                  "runtime-env-agent"]  # fmt: skip
+    own_ports = [f"--{name}-port={number}" for name, number in zip(components, ports, strict=False)]
+    own_ports.append(f"--worker-port-list={','.join(map(str, ports[len(components):]))}")
     temp_dir = f"/tmp/raytmp_foreign_{uuid.uuid4().hex[:8]}"
     environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    start = ["ray", "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"]
+    start = ["ray", "start", "--head", f"--port={port}", *own_ports, "--num-cpus=1", "--include-dashboard=false"]
     subprocess.run([*start, "--disable-usage-stats", f"--temp-dir={temp_dir}"], env=environment, check=True,
                    capture_output=True, timeout=120)  # fmt: skip
     try:
