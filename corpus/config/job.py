@@ -1,8 +1,8 @@
 """Job files: TOML in, a validated `Job` out.
 
-A job file names its inputs, its output folder and the options of each stage. It is validated entirely on
-load, before anything is written: an unknown key, a wrong type or a missing input is reported with the key and
-the file, so a typo never silently falls back to a default.
+A job file names its inputs, its output folder and the options of each stage. It is validated on load: an
+unknown key or a wrong type is reported with the key and the file, so a typo never silently falls back to a
+default. Its inputs are listed and checked by the plan, before anything is written.
 """
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ def _json_file(file: Path, path: Path) -> dict:
 
 def check_dataset_columns(dataset: DatasetOptions, path: Path, inputs: tuple[str, ...]) -> None:
     """Each local dataset input (and the first remote one) has the columns `dataset` maps (JSONL: the first object
-    has the text field); refused at load (`path`: the job file), with the file and the columns it has. Remote files
-    after the first are checked by their tasks."""
+    has the text field); refused when the plan is made (`path`: the job file), with the file and the columns it
+    has. Remote files after the first are checked by their tasks."""
     unmatched = [p for p in dataset.per_input if not any(dataset.matching_pattern(s) == p for s in inputs)]
     if unmatched:
         raise JobError(
@@ -168,7 +168,7 @@ def dataset_columns_problem(
 
 
 def check_exclusions(exclude: str, path: Path) -> None:
-    """The exclusion file is Parquet with an `id` column: refused at load, not after a crawl's extraction."""
+    """The exclusion file is Parquet with an `id` column: refused by the plan, not after a crawl's extraction."""
     try:
         with InputStream(exclude) as stream:
             columns = pq.ParquetFile(stream).schema_arrow.names
