@@ -40,10 +40,12 @@ _KEPT_KERNEL_SETS = 3  # the latest kernel sets kept in the user's cache (one pe
 
 
 def _use_user_numba_cache() -> None:
-    """Numba's compiled kernels go to the user's cache folder, not beside the sources (a read-only install fails
-    there, a checkout gets dirty), in a subfolder per state of the sources (`sources_fingerprint`); the older
-    ones beyond the latest few are removed. The user's own NUMBA_CACHE_DIR wins. The first process to find its
-    folder empty says once that the kernels compile now, so ~20 s of silence is not taken for a hang."""
+    """Put Numba's compiled kernels in the user's cache folder, not beside the sources.
+
+    Beside the sources a read-only install fails and a checkout gets dirty. Kernels go in a subfolder per state of
+    the sources (`sources_fingerprint`); the older ones beyond the latest few are removed. The user's own
+    NUMBA_CACHE_DIR wins. The first process to find its folder empty says once that the kernels compile now, so
+    ~20 s of silence is not taken for a hang."""
     if "NUMBA_CACHE_DIR" not in os.environ:
         kernels = user_cache_dir() / "numba"
         os.environ["NUMBA_CACHE_DIR"] = str(kernels / sources_fingerprint(_package_folders()))

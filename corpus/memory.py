@@ -18,8 +18,10 @@ BATCH_MMAP_THRESHOLD = 32 * 1024 * 1024
 
 @cache
 def keep_freed_memory(mmap_threshold: int) -> None:
-    """Asks glibc's malloc to serve blocks up to `mmap_threshold` bytes from its heap and to keep freed memory
-    (until 1 GB of it sits at the heap's top) rather than hand it back to the kernel.
+    """Keep freed memory in glibc's heap instead of handing it back to the kernel.
+
+    Asks malloc to serve blocks up to `mmap_threshold` bytes from its heap and to keep freed memory (until 1 GB
+    of it sits at the heap's top).
 
     By default a block past the mmap threshold (which glibc raises, as blocks are freed, to at most 32 MB) is mapped
     fresh and unmapped when freed, and the heap is trimmed past 128 kB: a loop allocating and freeing large blocks

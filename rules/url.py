@@ -187,8 +187,9 @@ class Url(Rule):
 
     @classmethod
     def check(cls, options) -> None:
-        """Every list read once at job load (the blocklist's hashes land in the cache the workers read), so a bad
-        file is named now, not in every shard after its first batch."""
+        """Read every list once when the job loads, so a bad file is named now.
+
+        Not in every shard after its first batch; the blocklist's hashes land in the cache the workers read."""
         for path, member in ((options.blocklist, "domains"), cls._url_list_source(options)):
             try:
                 hashed_list(path, member)

@@ -41,8 +41,10 @@ def prefiltered_schema(rules: list[Rule]) -> pa.Schema:
 
 
 def prefilter_records(records: pa.Table, rules: list[Rule], thresholds: list[Threshold]) -> StageResult:
-    """The records (schema `RECORDS`) that pass `thresholds` over `rules`' signals, the others dropped by reason,
-    and as `dropped` rows to read back (id, url, source, offset, first_failure, failures, the rules' signals)."""
+    """The records that pass `thresholds` over `rules`' signals, and the dropped ones to read back.
+
+    Records have schema `RECORDS`; the others are counted by reason, and kept as `dropped` rows (id, url, source,
+    offset, first_failure, failures, the rules' signals)."""
     started = time.perf_counter()
     if not rules or not records.num_rows:
         return StageResult(records, StageCounts(STAGE, received=records.num_rows, kept=records.num_rows))

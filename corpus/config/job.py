@@ -384,8 +384,9 @@ def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> 
 
 
 def _check_in_range(signal, path: Path, key: str, bound: str, value: float) -> None:
-    """A threshold no document can pass (a min above the signal's largest value, a max below 0 for a signal that
-    has one) is refused at load, not found after a run that dropped everything."""
+    """Refuse a threshold no document can pass, at load rather than after a run.
+
+    Such as a min above the signal's largest value, or a max below 0 for a signal that has one."""
     if signal.most is None or (bound == "min" and value <= signal.most) or (bound == "max" and value >= 0):
         return
     hint = f"; did you mean {value / 100:g}?" if bound == "min" and 0 <= value / 100 <= signal.most else ""

@@ -1,5 +1,7 @@
-"""Every fingerprint and cache key of a run, over a canonical encoding (sorted-key JSON, never pickle), so a key
-is the same under any Python or library version and reading one never runs code."""
+"""Every fingerprint and cache key of a run, over sorted-key JSON.
+
+A canonical encoding, never pickle: a key is the same under any Python or library version, and reading one never
+runs code."""
 
 from __future__ import annotations
 

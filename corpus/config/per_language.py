@@ -66,8 +66,10 @@ def per_language_path(given: Any, path: Path) -> str:
 
 
 def per_language_thresholds(thresholds: list, settings: dict, selected: list[str]) -> list:
-    """The job's thresholds with FineWeb-2's value for each language that has one (`Threshold.by_language`), plus
-    the bounds FineWeb-2 sets that the job does not (in force only for those languages), in rule and signal order."""
+    """The job's thresholds with FineWeb-2's value for each language that has one.
+
+    Values go in `Threshold.by_language`; the bounds FineWeb-2 sets that the job does not are added (in force only
+    for those languages), in rule and signal order."""
     from dataclasses import replace
 
     from corpus.rulebook import discover

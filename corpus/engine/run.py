@@ -197,8 +197,10 @@ def dry_run(job: Job) -> dict:
 
 
 def _changed_inputs(plan: Plan, stored: dict[str, dict]) -> tuple[list[str], dict[str, str]]:
-    """Ids of the stored shards whose input is no longer the file they were made from (size, ETag or mtime), and
-    the inputs that could not be looked up (with why): their shards are kept as made, rather than extracted again
+    """Stored shards whose input changed since, and the inputs that could not be looked up.
+
+    A changed input is no longer the file its shard was made from (size, ETag or mtime); those not looked up (with
+    why) their shards are kept as made, rather than extracted again
     for a server's passing 503. Inputs are looked up concurrently, as object stores answer one request at a time."""
     from concurrent.futures import ThreadPoolExecutor
 

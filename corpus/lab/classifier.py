@@ -116,9 +116,11 @@ class TrainOptions:
 
 
 def train(positives: list[str], negatives: list[str], out: str, options: TrainOptions = TrainOptions()) -> dict:
-    """Train on balanced classes (the larger one sampled down, seeded), hold out `validation` of each class, write
-    the model to `out` and its report (counts, settings, held-out metrics, time) to `out` with `.json`. One
-    thread gives the same model for the same inputs."""
+    """Train the quality classifier on balanced classes and write the model and its report.
+
+    The larger class is sampled down (seeded); `validation` of each class is held out; the model goes to `out`
+    and its report (counts, settings, held-out metrics, time) to `out` with `.json`. One thread gives the same
+    model for the same inputs."""
     if not positives or not negatives:
         raise ClassifierError(f"need documents of both classes: {len(positives)} positive, {len(negatives)} negative")
     if Path(out).is_dir():

@@ -14,9 +14,11 @@ POSITION = ("unit", "row", "offset")
 
 
 class TokenDataset(IterableDataset):
-    """Training sequences of `seq_len + 1` tokens (int64) packed across documents from `run`'s token shards, each
-    token in exactly one sequence across DDP ranks (`rank`/`world_size`, from `torch.distributed` when it is
-    initialised and they are not given) and DataLoader workers (`TokenStream` deals the row groups).
+    """Training sequences of `seq_len + 1` tokens packed from a run's token shards.
+
+    Tokens are int64, packed across documents; each token is in exactly one sequence across DDP ranks
+    (`rank`/`world_size`, from `torch.distributed` when it is initialised and they are not given) and DataLoader
+    workers (`TokenStream` deals the row groups).
 
     Each item is `{"tokens": tensor, "worker": w, "unit": u, "row": r, "offset": o}`: the reader's position after
     the sequence. `TokenDataset.positions(batch)` turns a DataLoader batch into `{worker: position}`; keep the

@@ -1,7 +1,9 @@
-"""fastText supervised models (lid.176 for language ID) read from their file bytes into arrays, and applied to UTF-8
-text by `corpus.text.fasttext_predict` with fastText's own arithmetic, so the top label and its probability are
-fastText's (`tests/text/test_fasttext_model.py` compares them on real pages and trained models). Only the top label: the
-quality classifier, which needs the probability of one given label, keeps the library's `predict`.
+"""fastText supervised model files (lid.176 for language ID) read into arrays.
+
+They are applied to UTF-8 text by `corpus.text.fasttext_predict` with fastText's own arithmetic, so the top label
+and its probability are fastText's (`tests/text/test_fasttext_model.py` compares them on real pages and trained
+models). Only the top label: the quality classifier, which needs the probability of one given label, keeps the
+library's `predict`.
 
 Why not the library's `predict`: a pruned model (`.ftz`, as lid.176.ftz is) looks every sub-word's bucket up in a
 `std::unordered_map` twice, two thirds of lid.176's time per page; here a bucket's row is one array read. And the text
