@@ -125,7 +125,7 @@ def _dataset_documents(path: str, fmt: str, limit: int, dataset):
     if problem:
         raise TryInputError(problem + hint)
     with InputStream(path, decompress=True) as stream:
-        _, batches = read_dataset(stream, path, fmt, None, dataset, min(limit, 2**62), Path(path).name)
+        _, batches = read_dataset(stream, path, fmt, None, dataset, limit, Path(path).name)
         documents = 0
         for batch in batches:
             for row in batch.table.select(["id", "text", "url", "lang", "lang_score"]).to_pylist():
