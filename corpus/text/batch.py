@@ -22,7 +22,7 @@ from corpus.text.characters import WORD_CHAR, character_classes, code_points, lo
 from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, folded_word_hashes
 from corpus.text.languages import language_key
 from corpus.text.scripts import dominant_scripts
-from corpus.text.segmenters import EXTRA, SEGMENTERS
+from corpus.text.segmenters import SEGMENTERS
 from corpus.text.words import SplitWords, count_words
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
@@ -282,6 +282,7 @@ def _warn_once(segmenter, count: int) -> None:
         _WARNED.add(segmenter.script)
         print(
             f"corpus: {count} {segmenter.language} ({segmenter.script}) documents were split into words at spaces "
-            f"and punctuation: {segmenter.requirement} is not installed; {EXTRA} to split them as FineWeb-2 did",
+            f"and punctuation: {segmenter.requirement} is not installed; {segmenter.install_hint} to split them as "
+            "FineWeb-2 did",
             file=sys.stderr,
         )

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 # Character classes as Python's `re` sees them (`\s`, `\w`, `[^\W_]`, `\d`), one bit each, by code point.
 SPACE, WORD_CHAR, ALNUM, DIGIT = 1, 2, 4, 8
+ZERO_WIDTH_JOINERS = (0x200C, 0x200D)  # ZWNJ, ZWJ: inside a word in Persian and the Indic scripts
 
 
 @cache
@@ -31,13 +32,16 @@ def character_classes() -> np.ndarray:
 
 @cache
 def character_classes_with_marks() -> np.ndarray:
-    """`character_classes` with combining marks (Unicode M: Devanagari's vowel signs, Arabic's vowel points) as
-    letters: words of the scripts that write vowels as marks stay whole, as spaCy and Indic NLP keep them."""
+    """`character_classes` with combining marks and zero-width (non-)joiners as letters.
+
+    Words of the scripts that write vowels as marks (Devanagari's vowel signs, Arabic's vowel points) stay whole,
+    as spaCy and Indic NLP keep them; so do words written with U+200C and U+200D (Persian `می‌تواند`, Malayalam's
+    chillu and conjunct forms), which those tokenizers never split at."""
     import unicodedata
 
     flags = character_classes().copy()
     marks = [c for c in range(0x300, 0x1E95F) if unicodedata.category(chr(c)).startswith("M")]
-    flags[marks] |= WORD_CHAR | ALNUM
+    flags[[*marks, *ZERO_WIDTH_JOINERS]] |= WORD_CHAR | ALNUM
     return flags
 
 

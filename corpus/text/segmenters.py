@@ -44,6 +44,11 @@ class Segmenter:
     requirement: str  # what pip installs
     in_extra: bool = True  # installed by `corpus[languages]`
 
+    @property
+    def install_hint(self) -> str:
+        """What to run to install it: the extra, or its own package where the extra leaves it out (botok)."""
+        return EXTRA if self.in_extra else f"pip install {self.requirement}"
+
     def available(self) -> bool:
         return self.script not in _FAILED and importlib.util.find_spec(self.module) is not None
 
@@ -95,12 +100,28 @@ def _stripped(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _located(text: str, tokens: list[str]) -> list[tuple[int, int]]:
-    """Spans of tokens a segmenter returns as strings, found in order (a token it rewrote is skipped)."""
-    spans, cursor = [], 0
+    """Spans of the tokens a segmenter returns as strings, one per non-blank token, aligned in order.
+
+    A token is matched at the cursor with white space ignored on both sides: pyidaungsu joins words across a
+    space (`တို့ကြား` for `တို့ ကြား`), and searching for the joined form further on skipped every word between.
+    A token that does not match there (a segmenter that rewrote it) still counts as one word, spanning as many
+    non-blank characters, so a document keeps the number of words its segmenter found."""
+    spans, cursor, end_of_text = [], 0, len(text)
     for token in tokens:
-        start = text.find(token, cursor) if token.strip() else -1
-        if start >= 0:
-            cursor = start + len(token)
+        letters = "".join(token.split())
+        if not letters:
+            continue
+        while cursor < end_of_text and text[cursor].isspace():
+            cursor += 1
+        if text.startswith(letters, cursor):  # the usual case, at C speed
+            spans.append((cursor, cursor + len(letters)))
+            cursor += len(letters)
+            continue
+        start, consumed = cursor, 0
+        while cursor < end_of_text and consumed < len(letters):  # the same number of non-blank characters
+            consumed += not text[cursor].isspace()
+            cursor += 1
+        if cursor > start:
             spans.append((start, cursor))
     return spans
 

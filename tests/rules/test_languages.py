@@ -77,6 +77,63 @@ def test_marks_stay_in_their_words_and_english_splits_as_before():
     assert words_of("Don't stop, it's 12:44.", "en") == ["Do", "n't", "stop", ",", "it", "'s", "12:44", "."]
 
 
+def test_zero_width_joiners_stay_inside_their_words():
+    # Persian writes some words with a zero-width non-joiner; Malayalam's chillu forms use a zero-width joiner
+    assert words_of("این کتاب می\u200cتواند کمک کند", "fa") == ["این", "کتاب", "می\u200cتواند", "کمک", "کند"]
+    assert words_of("എന്\u200dറെ ഭാഷ", "ml") == ["എന്\u200dറെ", "ഭാഷ"]
+
+
+def udhr_text(name: str) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(shared("text-nltk/udhr2.zip")) as archive:
+        return archive.read(f"udhr2/{name}.txt").decode()
+
+
+def test_burmese_words_joined_across_a_space_lose_nothing():
+    needs("Mymr")
+    import pyidaungsu
+
+    text = "\n".join(udhr_text("mya").splitlines()[:6])
+    tokens = ["".join(token.split()) for token in pyidaungsu.tokenize(text, form="word")]
+    tokens = [token for token in tokens if token]
+    spans = DocumentBatch([text], langs=["my"]).words.of_text(0)
+    assert any(" " in text[start:end] for start, end in spans)  # the segmenter joined words across a space
+    assert ["".join(text[start:end].split()) for start, end in spans] == tokens  # every token, in order
+
+
+def test_a_token_the_segmenter_rewrote_still_counts_once():
+    from corpus.text.segmenters import _located
+
+    assert _located("ab  cd ef", ["ab", "c d", "XY", " "]) == [(0, 2), (4, 6), (7, 9)]
+
+
+@pytest.mark.parametrize(
+    ("udhr", "lang"),
+    [("mya", "my"), ("tha", "th"), ("khm", "km"), ("lao", "lo"), ("kor", "ko"), ("cmn_hans", "zh"), ("jpn", "ja"),
+     ("pes_1", "fa"), ("mal", "ml"), ("hin", "hi"), ("rus", "ru"), ("eng", "en")],
+)  # fmt: skip
+def test_every_non_blank_character_is_in_one_word_or_between_words(udhr, lang):
+    """Words are in order, start and end on a non-blank character, and never overlap, except Kiwi's Korean
+    morphemes: a syllable can hold two of them (태어날 is 태어나 + ㄹ, given as 태어날 and 날), and FineWeb-2
+    counts both. What lies between two words is white space or characters no word takes (punctuation a
+    segmenter leaves out)."""
+    text = udhr_text(udhr)[:6000] + " \u200d😀\u200c"
+    spans = DocumentBatch([text], langs=[lang]).words.of_text(0)
+    assert len(spans) > 50
+    previous_start = previous_end = 0
+    for start, end in spans:
+        assert previous_start <= start < end
+        assert lang == "ko" or previous_end <= start
+        assert not text[start].isspace() and not text[end - 1].isspace()
+        previous_start, previous_end = start, end
+    covered = np.zeros(len(text), bool)
+    for start, end in spans:
+        covered[start:end] = True
+    left_out = "".join(c for c, taken in zip(text, covered, strict=True) if not taken and not c.isspace())
+    assert len(left_out) <= 0.01 * len(text), left_out[:100]
+
+
 def test_chinese_shingles_are_words_and_near_duplicates_are_found():
     needs("Hani")
     from corpus.stages.dedup import jaccard, shingle_hashes
