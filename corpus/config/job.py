@@ -18,7 +18,8 @@ from pydantic import Field, ValidationError
 
 from corpus.config import no_such_file, resolve_path
 from corpus.config.per_language import split_per_language, with_per_language
-from corpus.errors import JobError, ModelFileError, TokenizerError
+from corpus.errors import ClassifierError, JobError, ModelFileError, TokenizerError
+from corpus.models.sequence_classifier import ClassifierOptions
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
 from corpus.stages.dataset import DatasetOptions
@@ -58,6 +59,11 @@ class Job(StageOptions):
         default_factory=dict,
         description='thresholds: [select.RULE] SIGNAL.min/max; per_language = "fineweb2" (or a folder of FineWeb-2\'s '
         "<language>_<Script>.yml): FineWeb-2's thresholds and stop words for each language it configured",
+    )
+    models: dict[str, ClassifierOptions] = Field(
+        default_factory=dict,
+        description="classifiers that score every document: [models.NAME] model = FOLDER; their signals are "
+        "NAME.score, NAME.int_score and NAME.p_<label>, selected on as [select.NAME]",
     )
     dedup: DedupOptions = DedupOptions()
     tokenize: TokenizeOptions = TokenizeOptions()
@@ -164,6 +170,7 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
             except ModelFileError as exc:
                 raise JobError(file=path, key="extract.lid_model", problem=str(exc)) from None
         job = job.model_copy(update={"extract": job.extract.model_copy(update={"lid_model": lid})})
+    job = _with_model_folders(job, path)
     rule_settings, thresholds = resolve_rules(job, path)
     _check_languages(job, rule_settings, path)
     return job.model_copy(
@@ -176,6 +183,40 @@ def job_from_data(data: dict, path: Path, source_sha256: str, output: str | None
             "source_sha256": source_sha256,
         }
     )
+
+
+def _with_model_folders(job: Job, path: Path) -> Job:
+    """The job's models with local folders resolved against the job file's folder (a hub id stays as given)."""
+    from corpus.models.sequence_classifier import is_hub_id
+
+    models = {}
+    for name, options in job.models.items():
+        resolved = resolve_path(options.model, path.parent)
+        if not Path(resolved).exists() and not is_hub_id(options.model):
+            raise no_such_file(path, f"models.{name}.model", resolved, "model folder")
+        models[name] = options.model_copy(update={"model": resolved if Path(resolved).exists() else options.model})
+    return job.model_copy(update={"models": models})
+
+
+def model_rules(job: Job, path: Path) -> dict:
+    """The job's models as rules to select on (`corpus.models.heads.model_rule`), their heads read from their
+    folders; a folder that cannot be scored with, or a name a rule has, is refused naming the key."""
+    from corpus.models.heads import model_rule
+    from corpus.models.sequence_classifier import describe
+    from corpus.rulebook import discover
+
+    rules = {}
+    for name, options in job.models.items():
+        if name in discover():
+            problem = f"'{name}' is a rule's name; name the model otherwise"
+            raise JobError(file=path, key=f"models.{name}", problem=problem)
+        if not name.isidentifier():
+            raise JobError(file=path, key=f"models.{name}", problem="a model's name is letters, digits and _")
+        try:
+            rules[name] = model_rule(name, describe(options, options.model))
+        except ClassifierError as exc:
+            raise JobError(file=path, key=f"models.{name}.model", problem=str(exc)) from None
+    return rules
 
 
 def _check_languages(job: Job, rule_settings: tuple, path: Path) -> None:
@@ -239,11 +280,12 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     registry = discover()
     select, rules, languages_path = split_per_language(job.select, job.rules, path)
     settings = resolve_rule_settings(job.annotate.rules, rules, path)
-    names = [name for name, _ in settings]
-    selected, thresholds = resolve_thresholds(select, names, path)
+    models = model_rules(job, path)
+    names = [name for name, _ in settings] + list(models)
+    selected, thresholds = resolve_thresholds(select, names, path, registry | models)
     thresholds = with_per_language(thresholds, languages_path, selected, path)
     _check_prefilter(job, path, registry, selected, thresholds)
-    modifiers = [name for name in names if registry[name].rewrites_text()]
+    modifiers = [name for name in names if name not in models and registry[name].rewrites_text()]
     for name in job.tokenize.modifiers or []:
         if name not in modifiers:
             raise JobError(
@@ -297,12 +339,15 @@ def resolve_rule_settings(names: list[str] | None, rules: dict[str, dict], path:
     return tuple(settings)
 
 
-def resolve_thresholds(select: dict[str, Any], names: list[str], path: Path) -> tuple[list[str], list]:
+def resolve_thresholds(
+    select: dict[str, Any], names: list[str], path: Path, registry: dict | None = None
+) -> tuple[list[str], list]:
     """(the rules selected on, their thresholds in selection order) from a `[select]` table over the computed
-    rules `names`: each rule's published defaults, overridden by the table."""
+    rules `names`: each rule's published defaults, overridden by the table. `registry`: the rules by name
+    (default: every registered rule; a job adds its models)."""
     from corpus.rulebook import discover
 
-    registry = discover()
+    registry = registry if registry is not None else discover()
     select = dict(select)
     selected = select.pop("rules", names)
     if not isinstance(selected, list) or not all(isinstance(n, str) for n in selected):

@@ -92,7 +92,8 @@ def per_language_thresholds(thresholds: list, settings: dict, selected: list[str
     registry = discover()
 
     def place(threshold) -> tuple:
-        signals = [signal.name for signal in registry[threshold.rule].signals]
+        rule = registry.get(threshold.rule)  # None: a job's model (`[models.NAME]`), in the order the job gave
+        signals = [signal.name for signal in rule.signals] if rule else [threshold.signal]
         return selected.index(threshold.rule), signals.index(threshold.signal), threshold.bound != "min"
 
     return sorted(out, key=place)

@@ -19,6 +19,7 @@ from corpus.config.job import Job
 from corpus.config.keys import annotate_fingerprint, cache_key, fingerprint
 from corpus.engine import corpus_rules as corpus_phase
 from corpus.engine import dedup as dedup_phase
+from corpus.engine import model_scores as model_phase
 from corpus.engine import tokens as tokens_phase
 from corpus.engine.input_stream import input_identity
 from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
@@ -192,6 +193,7 @@ def dry_run(job: Job) -> dict:
         "rules": [name for name, _ in options.rule_settings],
         "corpus_rules": [rule.name for rule in corpus_rules(options)],
         "dedup": list(options.dedup.steps),
+        "models": sorted(options.models),
         "tokenize": bool(options.tokenize.tokenizer),
     }
 
@@ -271,6 +273,8 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
             f"{work[0].shard.source}): run the documents job to completion first; a variant only selects"
         )
     runners = Runners(options, use_ray, verbose, progress_stream)
+    if model_phase.wants_gpus(options):  # refused before any work where the GPUs are not there
+        model_phase.check_gpus(options, runners.ray().gpus if use_ray else None)
     extractor = runners.pick(needs_workers=bool(work))
     progress = RunProgress(len(plan.shards), len(plan.shards) - len(work), progress_stream, runners.where(extractor))
     runners.progress = progress
@@ -314,6 +318,20 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
         shards = [shard for shard in shards if shard.id in done]
         corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
         clock.lap("corpus rules")
+
+    if options.models and shards:
+        heavy = documents > model_phase.INLINE_DOCUMENTS or model_phase.wants_gpus(options)
+        scoring = runners.pick(needs_workers=heavy)
+        names = ", ".join(sorted(options.models))
+        progress.note(f"model scores ({names}): {counted(len(shards), 'shard')} {runners.where(scoring)}")
+        tasks = model_phase.model_score_tasks(options, shards, reports)
+        scored = run_phase(scoring, options, tasks, failed)
+        keys: dict[str, list[str]] = {shard.id: [] for shard in shards}
+        for task in tasks:
+            keys[task.shard.id].append(task.key if task.id in scored else "")
+        shards = [shard for shard in shards if all(keys[shard.id])]  # a shard some model could not score: failed
+        corpus_key_of = {shard.id: cache_key(corpus_key_of[shard.id], keys[shard.id]) for shard in shards}
+        clock.lap("model scores")
 
     progress.note(f"select: {counted(len(shards), 'shard')}, {counted(documents, 'document')}")
     thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
@@ -372,6 +390,7 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
             "annotate_fingerprint": annotate_fingerprint(options),
             "rules": [name for name, _ in options.rule_settings],
             "thresholds": {threshold.reason: threshold.value for threshold in thresholds},
+            "models": model_phase.models_manifest(options),
             "schema": "corpus.stages.schema.DOCUMENTS + one column per rule signal",
             "shards": [{"id": r["id"], "source": r["source"], **(r["documents"] or {})} for r in ordered],
         },

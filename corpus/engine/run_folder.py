@@ -7,6 +7,7 @@
     shards/<shard>.json            written last for a shard: its counts and errors; its presence = shard complete
     summaries/<rule>/<shard>.parquet, summaries/combined/<rule>-<bucket>.parquet   corpus rules' counts (Arrow)
     corpus_signals/<shard>.parquet the corpus rules' per-document signals
+    model_scores/<model>/<shard>.parquet   each [models.NAME] classifier's signals per document
     selection/<shard>.parquet      per document: kept, first and all failing thresholds, dedup decisions
     rule_selection/<shard>.parquet with dedup steps: the thresholds' selection that dedup starts from
     dedup/<step>/decisions/<shard>.parquet   each step's decisions (its shuffle files are removed once decided)
@@ -410,6 +411,14 @@ def corpus_signals_path(shard: str) -> str:
 
 def corpus_signals_marker(shard: str) -> str:
     return marker("corpus_signals", shard)
+
+
+def model_scores_path(model: str, shard: str) -> str:
+    return f"model_scores/{model}/{shard}.parquet"
+
+
+def model_scores_marker(model: str, shard: str) -> str:
+    return marker(f"model_scores/{model}", shard)
 
 
 def dedup_path(step: str, *parts: str) -> str:

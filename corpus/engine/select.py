@@ -11,11 +11,13 @@ import pyarrow.compute as pc
 
 from corpus.config.job import Job
 from corpus.config.keys import cache_key, thresholds_key
+from corpus.engine.model_scores import model_columns
 from corpus.engine.plan import Shard, corpus_rules, documents_folder
 from corpus.engine.run_folder import (
     RunFolder,
     corpus_signals_path,
     documents_path,
+    model_scores_path,
     rule_selection_marker,
     rule_selection_path,
     selection_marker,
@@ -27,18 +29,27 @@ from corpus.stages.select import LANGUAGE_KEY, SELECTION, language_funnel, selec
 
 
 def stored_signals(job: Job, shard_id: str, columns: list[str]) -> pa.Table:
-    """`id` and the named signal columns of a shard, from its documents and, for corpus rules, its corpus file."""
+    """`id` and the named signal columns of a shard, from its documents and, for corpus rules and models, their
+    own files."""
     folder = documents_folder(job)
     corpus_columns = {rule.column(s.name) for rule in corpus_rules(job) for s in rule.signals}
-    table = folder.read_table(
-        documents_path(shard_id), columns=["id", *(c for c in columns if c not in corpus_columns)]
-    )
-    wanted_there = [c for c in columns if c in corpus_columns]
-    if wanted_there:
-        extra = folder.read_table(corpus_signals_path(shard_id), columns=["id", *wanted_there])
+    models = model_columns(job)
+    from_documents: list[str] = []
+    elsewhere: dict[str, list[str]] = {}  # file -> the columns read from it
+    for column in columns:
+        model = next((name for prefix, name in models.items() if column.startswith(prefix)), None)
+        if model is not None:
+            elsewhere.setdefault(model_scores_path(model, shard_id), []).append(column)
+        elif column in corpus_columns:
+            elsewhere.setdefault(corpus_signals_path(shard_id), []).append(column)
+        else:
+            from_documents.append(column)
+    table = folder.read_table(documents_path(shard_id), columns=["id", *from_documents])
+    for path, wanted in elsewhere.items():
+        extra = folder.read_table(path, columns=["id", *wanted])
         if extra.column("id") != table.column("id"):
-            raise RuntimeError(f"{corpus_signals_path(shard_id)} is out of step with {documents_path(shard_id)}; rerun")
-        for name in wanted_there:
+            raise RuntimeError(f"{path} is out of step with {documents_path(shard_id)}; rerun")
+        for name in wanted:
             table = table.append_column(name, extra.column(name))
     return table
 

@@ -56,11 +56,11 @@ class Kind:
     function: Callable[..., dict]
     cpus: float | None  # None: the job's [ray] num_cpus_per_task (the heavy per-input tasks)
     in_documents_folder: bool  # its outputs live with the documents (an ablation variant's source run)
-    resources: Callable[[object], dict] | None = None  # Ray resources from the options (a GPU for training)
+    resources: Callable[[object, Task], dict] | None = None  # Ray resources of a task (a GPU for training)
 
-    def ray_resources(self, options) -> dict:
+    def ray_resources(self, options, task: Task) -> dict:
         if self.resources is not None:
-            return self.resources(options)
+            return self.resources(options, task)
         return {"num_cpus": options.ray.num_cpus_per_task if self.cpus is None else self.cpus}
 
 
@@ -254,7 +254,9 @@ class RayRunner:
     ):
         import ray
 
-        cpus = int(ray.cluster_resources().get("CPU", 1))
+        resources = ray.cluster_resources()
+        cpus = int(resources.get("CPU", 1))
+        self.gpus = float(resources.get("GPU", 0))  # what a phase that asks for GPUs checks before it starts
         self.window = window or max(64, 4 * cpus)
         self.on_progress = on_progress
         self.on_tick = on_tick  # called about once a second while tasks run: the live progress line
@@ -284,7 +286,7 @@ class RayRunner:
                 if task is None:
                     exhausted = True
                     break
-                resources = registered(task.kind).ray_resources(options)
+                resources = registered(task.kind).ray_resources(options, task)
                 remote = self._remote.options(**resources, max_retries=self.retries)
                 in_flight[remote.remote(reference, task)] = task
             if not in_flight:

@@ -45,7 +45,7 @@ class TrainingPlan:
     ray: RayOptions = field(default_factory=lambda: RayOptions(max_retries=1))
 
 
-def _resources(plan: TrainingPlan) -> dict:
+def _resources(plan: TrainingPlan, task: Task) -> dict:
     return {"num_gpus": 1, "num_cpus": 1} if plan.gpus else {"num_cpus": plan.ray.num_cpus_per_task}
 
 

@@ -265,6 +265,7 @@ def test_shipped_job_files_are_valid():
 
 def test_readme_documents_every_job_key():
     from corpus.config.job import INTERNAL_FIELDS, RayOptions
+    from corpus.models.sequence_classifier import ClassifierOptions
     from corpus.stages.annotate import AnnotateOptions
     from corpus.stages.dataset import DatasetOptions
     from corpus.stages.dedup import DedupOptions, MinHashOptions
@@ -274,7 +275,9 @@ def test_readme_documents_every_job_key():
     from corpus.stages.tokenize import TokenizeOptions
 
     readme = documentation()
-    sections = {"read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "dedup", "tokenize"}
+    sections = {
+        "read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "models", "dedup", "tokenize",
+    }  # fmt: skip
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
     from corpus.lab.ablation_job import AblationJob
@@ -299,6 +302,7 @@ def test_readme_documents_every_job_key():
         ("dedup", DedupOptions),
         ("dedup.minhash", MinHashOptions),
         ("tokenize", TokenizeOptions),
+        ("models.NAME", ClassifierOptions),
     ):
         for key in model.model_fields:
             assert f"| `[{section}] {key}` |" in readme, f"[{section}] {key}"

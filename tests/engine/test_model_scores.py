@@ -1,0 +1,104 @@
+"""Model scores in a run: stored per model and shard, selected on like signals, never recomputed to re-select."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from support import shared, write_job
+
+from corpus.config.job import load_job
+from corpus.engine import run_job
+from corpus.errors import JobError
+from corpus.models.sequence_classifier import ClassifierOptions, SequenceClassifier
+
+WARCS = ["warc-dolma/sample-0000.warc.gz", "warc-dolma/sample-0001.warc.gz"]
+
+
+def scoring_job(folder, regression, classes, select=None, rules=("language",), name="scored"):
+    models = {
+        "edu": {"model": str(regression), "max_tokens": 128, "batch_tokens": 1024},
+        "quality": {"model": str(classes), "max_tokens": 64, "class_values": {"Low": 0, "Medium": 1, "High": 2}},
+    }
+    sections = {"extract": {"extractor": "resiliparse"}, "annotate": {"rules": list(rules)}, "models": models}
+    if select:
+        sections["select"] = select
+    return load_job(write_job(folder, [str(shared(w)) for w in WARCS], folder / "out", name=name, **sections))
+
+
+def markers(out):
+    return {str(path.relative_to(out)): path.stat().st_mtime_ns for path in (out / "model_scores").rglob("_*.json")}
+
+
+@pytest.mark.slow  # runs a whole job, twice
+def test_scores_are_stored_selected_on_and_never_recomputed_to_select_again(tiny_classifiers, tmp_path):
+    _, regression, classes = tiny_classifiers
+    job = scoring_job(tmp_path, regression, classes)
+    stats = run_job(job, use_ray=False)
+    out = tmp_path / "out"
+    documents = pq.read_table(out / "documents", columns=["id", "text"])
+    edu = pq.read_table(out / "model_scores" / "edu")
+    quality = pq.read_table(out / "model_scores" / "quality")
+    assert edu.column_names == ["id", "edu.score", "edu.int_score"]
+    assert quality.column_names == [
+        "id",
+        *(f"quality.{s}" for s in ("score", "int_score", "p_low", "p_medium", "p_high")),
+    ]
+    assert edu.column("id") == documents.column("id") == quality.column("id")
+    assert documents.num_rows == stats["stages"]["annotate"]["kept"] > 30
+    direct = SequenceClassifier(str(regression), ClassifierOptions(model=str(regression), max_tokens=128), "cpu")
+    expected = direct.scores(documents.column("text").to_pylist())["score"]
+    assert np.abs(edu.column("edu.score").to_numpy() - expected).max() < 1e-5
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["models"]["edu"]["max_tokens"] == 128 and len(manifest["models"]["edu"]["files_sha256"]) == 64
+    scored = markers(out)
+    assert len(scored) == 2 * len(WARCS)
+
+    cut = float(np.median(expected))
+    select = {"edu": {"score": {"min": cut}}, "quality": {"int_score": {"max": 1}}}
+    again = run_job(scoring_job(tmp_path, regression, classes, select), use_ray=False)
+    assert markers(out) == scored  # selection moved; the models did not run again
+    kept = (expected >= cut) & (quality.column("quality.int_score").to_numpy() <= 1)
+    selection = pq.read_table(out / "selection", columns=["id", "kept", "first_failure"])
+    assert selection.column("id") == documents.column("id")
+    assert selection.column("kept").to_pylist() == kept.tolist()
+    assert again["stages"]["select"]["dropped"]["edu.score.min"] == int((expected < cut).sum())
+    assert set(again["stages"]["select"]["dropped"]) <= {
+        "edu.score.min",
+        "quality.int_score.max",
+        "language.allowed.min",
+    }
+
+    run_job(scoring_job(tmp_path, regression, classes, select, rules=("language", "gopher_quality")), use_ray=False)
+    assert markers(out) == scored  # another rule re-annotates the shards: the texts, and so the scores, stand
+
+
+def test_a_job_naming_what_no_model_gives_is_refused_before_any_work(tiny_classifiers, tmp_path):
+    _, regression, classes = tiny_classifiers
+    with pytest.raises(JobError, match=r"key 'select.edu.p_high': rule edu has no signal 'p_high' \(signals: score, "):
+        scoring_job(tmp_path, regression, classes, {"edu": {"p_high": {"min": 0.5}}})
+    inputs = [str(shared(WARCS[0]))]
+    taken = write_job(tmp_path, inputs, tmp_path / "o", name="taken", models={"url": {"model": str(regression)}})
+    with pytest.raises(JobError, match="key 'models.url': 'url' is a rule's name"):
+        load_job(taken)
+    missing = write_job(tmp_path, inputs, tmp_path / "o", name="missing", models={"edu": {"model": "./nowhere"}})
+    with pytest.raises(JobError, match="key 'models.edu.model': no such model folder"):
+        load_job(missing)
+    head = write_job(tmp_path, inputs, tmp_path / "o", name="head", models={"edu": {"model": str(tmp_path)}})
+    with pytest.raises(JobError, match="key 'models.edu.model': .* has no config.json"):
+        load_job(head)
+
+
+def test_gpus_the_machine_lacks_are_refused_before_the_output_is_written(tiny_classifiers, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: nothing to refuse")
+    _, regression, _ = tiny_classifiers
+    models = {"edu": {"model": str(regression), "gpus_per_task": 1, "dtype": "bfloat16"}}
+    job = load_job(write_job(tmp_path, [str(shared(WARCS[0]))], tmp_path / "out", models=models))
+    with pytest.raises(JobError, match="key 'models.edu.gpus_per_task': 1 GPU.s. per task, but this machine has none"):
+        run_job(job, use_ray=False)
+    assert not (tmp_path / "out" / "documents").exists()
