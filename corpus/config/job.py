@@ -22,6 +22,7 @@ from corpus.errors import ClassifierError, JobError, ModelFileError, TokenizerEr
 from corpus.models.sequence_classifier import ClassifierOptions
 from corpus.rulebook import load_once
 from corpus.stages.annotate import AnnotateOptions
+from corpus.stages.buckets import BucketOptions
 from corpus.stages.dataset import DatasetOptions
 from corpus.stages.dedup import DedupOptions
 from corpus.stages.extract import ExtractOptions
@@ -64,6 +65,11 @@ class Job(StageOptions):
         default_factory=dict,
         description="classifiers that score every document: [models.NAME] model = FOLDER; their signals are "
         "NAME.score, NAME.int_score and NAME.p_<label>, selected on as [select.NAME]",
+    )
+    buckets: dict[str, BucketOptions] = Field(
+        default_factory=dict,
+        description="[buckets.NAME] scores = [...]: the scores' percentiles in the run, combined, in equal buckets; "
+        "signals NAME.percentile and NAME.bucket",
     )
     dedup: DedupOptions = DedupOptions()
     tokenize: TokenizeOptions = TokenizeOptions()
@@ -219,6 +225,30 @@ def model_rules(job: Job, path: Path) -> dict:
     return rules
 
 
+def bucket_rules(job: Job, path: Path, registry: dict, computed: list[str]) -> dict:
+    """The job's buckets as rules to select on; each score they read must be a computed numeric signal."""
+    from corpus.stages.buckets import bucket_rule
+
+    rules = {}
+    for name, options in job.buckets.items():
+        if name in registry or not name.isidentifier():
+            problem = f"'{name}' names a rule or model already" if name in registry else "letters, digits and _ only"
+            raise JobError(file=path, key=f"buckets.{name}", problem=problem)
+        for column in options.scores:
+            rule, _, signal = column.partition(".")
+            signals = {s.name: s for s in registry[rule].signals} if rule in computed else {}
+            if signal not in signals or pa.types.is_boolean(signals[signal].type):
+                known = ", ".join(f"{r}.{s.name}" for r in computed for s in registry[r].signals
+                                  if not pa.types.is_boolean(s.type))  # fmt: skip
+                raise JobError(
+                    file=path,
+                    key=f"buckets.{name}.scores",
+                    problem=f"'{column}' is not a numeric signal the job computes (those it does: {known})",
+                )
+        rules[name] = bucket_rule(name, options)
+    return rules
+
+
 def _check_languages(job: Job, rule_settings: tuple, path: Path) -> None:
     """The languages a job keeps are codes its language-ID model answers: one it never answers ('english', 'EN')
     would drop every page. A dataset's own `lang` column may use other codes: the rule's are not checked then."""
@@ -281,6 +311,8 @@ def resolve_rules(job: Job, path: Path) -> tuple[tuple[tuple[str, dict], ...], t
     select, rules, languages_path = split_per_language(job.select, job.rules, path)
     settings = resolve_rule_settings(job.annotate.rules, rules, path)
     models = model_rules(job, path)
+    buckets = bucket_rules(job, path, registry | models, [name for name, _ in settings] + list(models))
+    models |= buckets
     names = [name for name, _ in settings] + list(models)
     selected, thresholds = resolve_thresholds(select, names, path, registry | models)
     thresholds = with_per_language(thresholds, languages_path, selected, path)

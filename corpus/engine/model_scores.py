@@ -1,5 +1,5 @@
 """Model scores: each `[models.NAME]` classifier over every shard's stored texts, into
-`model_scores/<NAME>/<shard>.parquet` (`id` and the model's signals).
+`scores/<NAME>/<shard>.parquet` (`id` and the model's signals).
 
 A task scores one shard with one model; tasks come model by model, so a worker loads each model once and keeps it
 for every shard it scores (on Ray, a task holds `cpus_per_task` CPUs and `gpus_per_task` GPUs). A score is a stored
@@ -17,7 +17,7 @@ import pyarrow as pa
 from corpus.config.job import Job
 from corpus.config.keys import cache_key, fingerprint
 from corpus.engine.plan import Shard, documents_folder
-from corpus.engine.run_folder import documents_path, model_scores_marker, model_scores_path
+from corpus.engine.run_folder import documents_path, scores_marker, scores_path
 from corpus.engine.tasks import Context, Task, kind
 from corpus.errors import JobError
 from corpus.models.heads import model_rule
@@ -43,7 +43,7 @@ def model_score_tasks(job: Job, shards: list[Shard], reports: dict[str, dict]) -
         model = model_identity(options)
         for shard in shards:
             key = cache_key(KIND, name, model, texts, shard.id, reports[shard.id].get("input"))
-            tasks.append(Task(KIND, f"{name}/{shard.id}", key, model_scores_marker(name, shard.id), shard,
+            tasks.append(Task(KIND, f"{name}/{shard.id}", key, scores_marker(name, shard.id), shard,
                               (("model", name),)))  # fmt: skip
     return tasks
 
@@ -66,7 +66,7 @@ def score_shard(job: Job, task: Task, context: Context) -> dict:
     rule = model_rule(name, scorer.head)
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields([rule])])
     folder = documents_folder(job)
-    path = model_scores_path(name, task.shard.id)
+    path = scores_path(name, task.shard.id)
     tokens = 0
     with folder.parquet_writer(path, schema) as writer:
         for table in folder.iter_batches(documents_path(task.shard.id), job.read.batch_size, ["id", "text"]):
@@ -121,6 +121,7 @@ def check_gpus(job: Job, cluster_gpus: float | None) -> None:
         )
 
 
-def model_columns(job: Job) -> dict[str, str]:
-    """Each stored model signal's column prefix -> its model name: what `stored_signals` reads from model files."""
-    return {f"{name}.": name for name in job.models}
+def scored_columns(job: Job) -> dict[str, str]:
+    """The column prefix of each model's and buckets' signals -> its name: what `stored_signals` reads from
+    `scores/<name>/`."""
+    return {f"{name}.": name for name in [*job.models, *job.buckets]}

@@ -17,6 +17,7 @@ import time
 
 from corpus.config.job import Job
 from corpus.config.keys import annotate_fingerprint, cache_key, fingerprint
+from corpus.engine import buckets as buckets_phase
 from corpus.engine import corpus_rules as corpus_phase
 from corpus.engine import dedup as dedup_phase
 from corpus.engine import model_scores as model_phase
@@ -29,7 +30,7 @@ from corpus.engine.run_folder import JOB_COPY, MANIFEST, STATS, RunFolder, shard
 from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.stats import summarize
-from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
+from corpus.engine.tasks import InlineRunner, RayRunner, run_phase, shards_done
 from corpus.errors import RayUnavailable, StaleOutput
 
 INLINE_DOCUMENTS = 200_000  # below this many stored documents, selecting and deduplicating in-process is faster
@@ -319,19 +320,23 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
         corpus_key_of = {shard.id: bucket_of[shard.id][1] for shard in shards}
         clock.lap("corpus rules")
 
+    bucket_counts: dict[str, list[int]] = {}
     if options.models and shards:
         heavy = documents > model_phase.INLINE_DOCUMENTS or model_phase.wants_gpus(options)
         scoring = runners.pick(needs_workers=heavy)
         names = ", ".join(sorted(options.models))
         progress.note(f"model scores ({names}): {counted(len(shards), 'shard')} {runners.where(scoring)}")
         tasks = model_phase.model_score_tasks(options, shards, reports)
-        scored = run_phase(scoring, options, tasks, failed)
-        keys: dict[str, list[str]] = {shard.id: [] for shard in shards}
-        for task in tasks:
-            keys[task.shard.id].append(task.key if task.id in scored else "")
-        shards = [shard for shard in shards if all(keys[shard.id])]  # a shard some model could not score: failed
-        corpus_key_of = {shard.id: cache_key(corpus_key_of[shard.id], keys[shard.id]) for shard in shards}
+        shards, corpus_key_of = shards_done(tasks, run_phase(scoring, options, tasks, failed), shards, corpus_key_of)
         clock.lap("model scores")
+    if options.buckets and shards:
+        progress.note(f"buckets ({', '.join(sorted(options.buckets))}): percentiles over the run")
+        digests = buckets_phase.write_references(options, [shard.id for shard in shards], documents)
+        tasks = buckets_phase.bucket_tasks(options, shards, digests, corpus_key_of)
+        bucketed = run_phase(runner, options, tasks, failed)
+        shards, corpus_key_of = shards_done(tasks, bucketed, shards, corpus_key_of)
+        bucket_counts = buckets_phase.documents_per_bucket(tasks, bucketed)
+        clock.lap("buckets")
 
     progress.note(f"select: {counted(len(shards), 'shard')}, {counted(documents, 'document')}")
     thresholds = resolve_quantiles(options, [shard.id for shard in shards], documents)
@@ -380,6 +385,8 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
     wall = time.perf_counter() - clock.started
     stats = summarize(options, ordered, selections, failed, wall, thresholds, tokenized, emptied, chars)
     stats["runners"] = {"extract": runners.where(extractor), "select onwards": runners.where(runner)}
+    if bucket_counts:
+        stats["buckets"] = {name: {"documents": counts} for name, counts in sorted(bucket_counts.items())}
     stats["phase_seconds"] = clock.seconds  # wall time of each phase, on the driver: what a page costs, and where
     folder.write_json(STATS, stats)
     folder.write_json(

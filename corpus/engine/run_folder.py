@@ -7,7 +7,7 @@
     shards/<shard>.json            written last for a shard: its counts and errors; its presence = shard complete
     summaries/<rule>/<shard>.parquet, summaries/combined/<rule>-<bucket>.parquet   corpus rules' counts (Arrow)
     corpus_signals/<shard>.parquet the corpus rules' per-document signals
-    model_scores/<model>/<shard>.parquet   each [models.NAME] classifier's signals per document
+    scores/<name>/<shard>.parquet  the signals of each [models.NAME] classifier and [buckets.NAME] per document
     selection/<shard>.parquet      per document: kept, first and all failing thresholds, dedup decisions
     rule_selection/<shard>.parquet with dedup steps: the thresholds' selection that dedup starts from
     dedup/<step>/decisions/<shard>.parquet   each step's decisions (its shuffle files are removed once decided)
@@ -413,12 +413,18 @@ def corpus_signals_marker(shard: str) -> str:
     return marker("corpus_signals", shard)
 
 
-def model_scores_path(model: str, shard: str) -> str:
-    return f"model_scores/{model}/{shard}.parquet"
+def scores_path(name: str, shard: str) -> str:
+    """A shard's signals of a job's model or buckets `name`."""
+    return f"scores/{name}/{shard}.parquet"
 
 
-def model_scores_marker(model: str, shard: str) -> str:
-    return marker(f"model_scores/{model}", shard)
+def scores_marker(name: str, shard: str) -> str:
+    return marker(f"scores/{name}", shard)
+
+
+def bucket_reference_path(name: str) -> str:
+    """The sorted values of each score a job's buckets `name` read percentiles from."""
+    return f"scores/{name}/_reference.parquet"
 
 
 def dedup_path(step: str, *parts: str) -> str:

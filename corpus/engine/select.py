@@ -11,15 +11,15 @@ import pyarrow.compute as pc
 
 from corpus.config.job import Job
 from corpus.config.keys import cache_key, thresholds_key
-from corpus.engine.model_scores import model_columns
+from corpus.engine.model_scores import scored_columns
 from corpus.engine.plan import Shard, corpus_rules, documents_folder
 from corpus.engine.run_folder import (
     RunFolder,
     corpus_signals_path,
     documents_path,
-    model_scores_path,
     rule_selection_marker,
     rule_selection_path,
+    scores_path,
     selection_marker,
     selection_path,
 )
@@ -33,13 +33,13 @@ def stored_signals(job: Job, shard_id: str, columns: list[str]) -> pa.Table:
     own files."""
     folder = documents_folder(job)
     corpus_columns = {rule.column(s.name) for rule in corpus_rules(job) for s in rule.signals}
-    models = model_columns(job)
+    models = scored_columns(job)
     from_documents: list[str] = []
     elsewhere: dict[str, list[str]] = {}  # file -> the columns read from it
     for column in columns:
         model = next((name for prefix, name in models.items() if column.startswith(prefix)), None)
         if model is not None:
-            elsewhere.setdefault(model_scores_path(model, shard_id), []).append(column)
+            elsewhere.setdefault(scores_path(model, shard_id), []).append(column)
         elif column in corpus_columns:
             elsewhere.setdefault(corpus_signals_path(shard_id), []).append(column)
         else:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from corpus.config.job import Job
+from corpus.config.keys import cache_key
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import RunFolder
 from corpus.engine.stores import store_refusal
@@ -345,3 +346,14 @@ def run_phase(runner, options: Job, tasks: Iterable[Task], failed: dict[str, str
         if on_done is not None:
             on_done(task, report, error)
     return reports
+
+
+def shards_done(tasks: list[Task], done: dict[str, dict], shards: list[Shard], keys_of: dict[str, str]
+                ) -> tuple[list[Shard], dict[str, str]]:  # fmt: skip
+    """The shards whose every task (of a phase adding signals to each) is done, and each one's signals key with
+    those tasks' keys folded in; a shard with a failed task leaves the run as failed."""
+    keys: dict[str, list[str]] = {shard.id: [] for shard in shards}
+    for task in tasks:
+        keys[task.shard.id].append(task.key if task.id in done else "")
+    kept = [shard for shard in shards if all(keys[shard.id])]
+    return kept, {shard.id: cache_key(keys_of[shard.id], keys[shard.id]) for shard in kept}

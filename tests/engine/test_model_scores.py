@@ -17,19 +17,21 @@ from corpus.models.sequence_classifier import ClassifierOptions, SequenceClassif
 WARCS = ["warc-dolma/sample-0000.warc.gz", "warc-dolma/sample-0001.warc.gz"]
 
 
-def scoring_job(folder, regression, classes, select=None, rules=("language",), name="scored"):
+def scoring_job(folder, regression, classes, select=None, rules=("language",), name="scored", buckets=None):
     models = {
         "edu": {"model": str(regression), "max_tokens": 128, "batch_tokens": 1024},
         "quality": {"model": str(classes), "max_tokens": 64, "class_values": {"Low": 0, "Medium": 1, "High": 2}},
     }
     sections = {"extract": {"extractor": "resiliparse"}, "annotate": {"rules": list(rules)}, "models": models}
+    if buckets:
+        sections["buckets"] = buckets
     if select:
         sections["select"] = select
     return load_job(write_job(folder, [str(shared(w)) for w in WARCS], folder / "out", name=name, **sections))
 
 
 def markers(out):
-    return {str(path.relative_to(out)): path.stat().st_mtime_ns for path in (out / "model_scores").rglob("_*.json")}
+    return {str(path.relative_to(out)): path.stat().st_mtime_ns for path in (out / "scores").rglob("_*.json")}
 
 
 @pytest.mark.slow  # runs a whole job, twice
@@ -39,8 +41,8 @@ def test_scores_are_stored_selected_on_and_never_recomputed_to_select_again(tiny
     stats = run_job(job, use_ray=False)
     out = tmp_path / "out"
     documents = pq.read_table(out / "documents", columns=["id", "text"])
-    edu = pq.read_table(out / "model_scores" / "edu")
-    quality = pq.read_table(out / "model_scores" / "quality")
+    edu = pq.read_table(out / "scores" / "edu")
+    quality = pq.read_table(out / "scores" / "quality")
     assert edu.column_names == ["id", "edu.score", "edu.int_score"]
     assert quality.column_names == [
         "id",
@@ -102,3 +104,66 @@ def test_gpus_the_machine_lacks_are_refused_before_the_output_is_written(tiny_cl
     with pytest.raises(JobError, match="key 'models.edu.gpus_per_task': 1 GPU.s. per task, but this machine has none"):
         run_job(job, use_ray=False)
     assert not (tmp_path / "out" / "documents").exists()
+
+
+@pytest.mark.slow  # starts Ray
+def test_scores_made_on_ray_workers_equal_those_made_in_one_process(tiny_classifiers, tmp_path, monkeypatch):
+    import ray
+
+    from corpus.engine import model_scores
+
+    _, regression, classes = tiny_classifiers
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    run_job(scoring_job(tmp_path / "a", regression, classes), use_ray=False)
+    monkeypatch.setattr(model_scores, "INLINE_DOCUMENTS", 0)  # even a small run scores on the workers
+    try:
+        stats = run_job(scoring_job(tmp_path / "b", regression, classes), use_ray=True)
+    finally:
+        ray.shutdown()
+    for model in ("edu", "quality"):
+        inline, on_ray = (pq.read_table(tmp_path / run / "out" / "scores" / model) for run in ("a", "b"))
+        assert on_ray.column("id") == inline.column("id")
+        for column in on_ray.column_names[1:]:  # torch's threads differ (2 here, 1 a worker): the last bits may too
+            difference = np.abs(on_ray.column(column).to_numpy() - inline.column(column).to_numpy()).max()
+            assert difference < 1e-5, (column, difference)
+    reports = [json.loads(p.read_text()) for p in (tmp_path / "b" / "out" / "scores").rglob("_*.json")]
+    assert len(reports) == 4 and all(report["worker"].startswith("ray-node:") for report in reports)
+    assert stats["totals"]["unaccounted"] == 0
+
+
+@pytest.mark.slow  # runs a whole job, twice
+def test_buckets_are_the_run_s_percentiles_and_select_the_top(tiny_classifiers, tmp_path):
+    _, regression, classes = tiny_classifiers
+    buckets = {"edu_tiers": {"scores": ["edu.score"], "count": 4},
+               "tiers": {"scores": ["edu.score", "quality.score"], "combine": "max", "count": 20}}  # fmt: skip
+    select = {"edu_tiers": {"bucket": {"min": 3}}}
+    stats = run_job(scoring_job(tmp_path, regression, classes, select, buckets=buckets), use_ray=False)
+    out = tmp_path / "out"
+    edu = pq.read_table(out / "scores" / "edu").column("edu.score").to_numpy()
+    quality = pq.read_table(out / "scores" / "quality").column("quality.score").to_numpy()
+    tiers = pq.read_table(out / "scores" / "edu_tiers")
+    below = lambda values: (values[None, :] < values[:, None]).sum(axis=1)  # noqa: E731 - documents scoring less
+    ranks = below(edu)
+    assert tiers.column("edu_tiers.bucket").to_pylist() == (ranks * 4 // len(edu)).tolist()
+    assert stats["buckets"]["edu_tiers"]["documents"] == np.bincount(ranks * 4 // len(edu)).tolist()
+    combined = pq.read_table(out / "scores" / "tiers").column("tiers.bucket").to_numpy()
+    top = np.maximum(ranks, below(quality)) * 20 // len(edu)
+    assert combined.tolist() == top.tolist()  # Nemotron-CC's max of percentiles
+    kept = pq.read_table(out / "selection").column("kept").to_numpy()
+    language_kept = pq.read_table(out / "documents", columns=["language.allowed"]).column(0).to_numpy()
+    assert kept.tolist() == ((ranks * 4 // len(edu) >= 3) & language_kept).tolist()
+
+    files = {p.name: p.read_bytes() for p in (out / "scores").rglob("*.parquet")}
+    run_job(scoring_job(tmp_path, regression, classes, select, buckets=buckets), use_ray=False)
+    assert {p.name: p.read_bytes() for p in (out / "scores").rglob("*.parquet")} == files  # the same buckets again
+
+
+def test_buckets_of_a_signal_the_job_does_not_compute_are_refused(tiny_classifiers, tmp_path):
+    _, regression, classes = tiny_classifiers
+    with pytest.raises(JobError, match=r"key 'buckets.b.scores': 'edu.p_high' is not a numeric signal the job comp"):
+        scoring_job(tmp_path, regression, classes, buckets={"b": {"scores": ["edu.p_high"]}})
+    with pytest.raises(JobError, match=r"key 'select.b.bucket.min': 25 drops every document: bucket is from 0 to 19"):
+        scoring_job(
+            tmp_path, regression, classes, {"b": {"bucket": {"min": 25}}}, buckets={"b": {"scores": ["edu.score"]}}
+        )
