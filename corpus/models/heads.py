@@ -57,6 +57,10 @@ class Head:
         shifted = logits - logits.max(axis=1, keepdims=True)
         probabilities = np.exp(shifted)
         probabilities /= probabilities.sum(axis=1, keepdims=True)
+        return self.values_of_probabilities(probabilities)
+
+    def values_of_probabilities(self, probabilities: np.ndarray) -> dict[str, np.ndarray]:
+        """The signals of a batch of class probabilities (rows: documents)."""
         values = np.asarray(self.values, np.float64)
         out = {
             "score": (probabilities @ values).astype(np.float32),

@@ -33,7 +33,9 @@ CHUNK_TEXTS = 2048  # texts tokenized at a time: the unit the CPU prepares while
 class ClassifierOptions(StageOptions):
     """One model of a job's `[models.NAME]` table: which classifier, and how it runs."""
 
-    model: str = Field(description="a folder save_pretrained wrote (relative to the job file), or a hub id ORG/NAME")
+    model: str = Field(
+        description="a folder save_pretrained wrote, a fastText model file (relative to the job file), or a hub id"
+    )
     revision: str = Field("", description="the hub revision (commit or tag) of a hub id; recorded in the run")
     max_tokens: int = Field(512, ge=2, description="tokens of each document the model reads (FineWeb-Edu: 512)")
     batch_tokens: int = Field(16_384, ge=2, description="padded tokens per batch: documents packed by length")
@@ -81,7 +83,11 @@ def is_hub_id(model: str) -> bool:
 
 
 def describe(options: ClassifierOptions, where: str) -> Head:
-    """The model's head, from its folder alone (no weights loaded): what the job's thresholds can name."""
+    """The model's head, from its folder (or fastText file) alone, no weights loaded: what thresholds can name."""
+    from corpus.models.fasttext_classifier import fasttext_head, is_fasttext_file
+
+    if is_fasttext_file(options.model):
+        return fasttext_head(options.model, options.class_values, options.int_range)
     config = read_config(model_folder(options))
     return head_of(config, options.class_values, options.int_range, where)
 
@@ -205,14 +211,20 @@ def device_for(options: ClassifierOptions) -> str:
     return "cpu"
 
 
-def load_classifier(options: ClassifierOptions) -> SequenceClassifier:
-    """The classifier for these options, once per process (a worker scores every shard with one copy)."""
+def load_classifier(options: ClassifierOptions):
+    """The classifier for these options (a `SequenceClassifier`, or a `FastTextClassifier` for a fastText file),
+    once per process: a worker scores every shard with one copy."""
+    from corpus.models.fasttext_classifier import FastTextClassifier, is_fasttext_file
+
     folder = model_folder(options)
     key = (options.model_dump_json(), content_sha256(folder))  # a model retrained in place is loaded again
     if key not in _LOADED:
         _LOADED.clear()  # one model per process at a time: tasks come model by model, so it loads once per worker
-        _LOADED[key] = SequenceClassifier(folder, options, device_for(options))
+        if is_fasttext_file(folder):
+            _LOADED[key] = FastTextClassifier(folder, options.class_values, options.int_range)
+        else:
+            _LOADED[key] = SequenceClassifier(folder, options, device_for(options))
     return _LOADED[key]
 
 
-_LOADED: dict[tuple[str, str], SequenceClassifier] = {}
+_LOADED: dict[tuple[str, str], object] = {}

@@ -267,6 +267,7 @@ def test_readme_documents_every_job_key():
     from corpus.config.job import INTERNAL_FIELDS, RayOptions
     from corpus.models.sequence_classifier import ClassifierOptions
     from corpus.stages.annotate import AnnotateOptions
+    from corpus.stages.buckets import BucketOptions
     from corpus.stages.dataset import DatasetOptions
     from corpus.stages.dedup import DedupOptions, MinHashOptions
     from corpus.stages.extract import ExtractOptions
@@ -276,7 +277,8 @@ def test_readme_documents_every_job_key():
 
     readme = documentation()
     sections = {
-        "read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "models", "dedup", "tokenize",
+        "read", "dataset", "prefilter", "extract", "ray", "annotate", "rules", "select", "models", "buckets", "dedup",
+        "tokenize",
     }  # fmt: skip
     for key in set(Job.model_fields) - set(INTERNAL_FIELDS) - sections:
         assert f"| `{key}` |" in readme, key
@@ -303,6 +305,7 @@ def test_readme_documents_every_job_key():
         ("dedup.minhash", MinHashOptions),
         ("tokenize", TokenizeOptions),
         ("models.NAME", ClassifierOptions),
+        ("buckets.NAME", BucketOptions),
     ):
         for key in model.model_fields:
             assert f"| `[{section}] {key}` |" in readme, f"[{section}] {key}"
