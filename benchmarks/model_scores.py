@@ -33,13 +33,15 @@ def write_random_classifier(
     max_positions: int = 512,
     seed: int = 0,
     initializer_range: float = 0.02,
+    encoder_only: bool = False,
 ) -> Path:
     """A BERT-shaped sequence classifier with random weights and a WordPiece tokenizer trained on `texts`,
     saved as `save_pretrained` saves one (what a job's `[models.NAME] model` names). `labels`: classes (a
-    regression head when None); a large `initializer_range` spreads the scores of random weights apart."""
+    regression head when None); a large `initializer_range` spreads the scores of random weights apart;
+    `encoder_only`: the encoder without a head (what `corpus classifier train --kind encoder` starts from)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -72,7 +74,7 @@ def write_random_classifier(
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()
-    BertForSequenceClassification(config).save_pretrained(folder)
+    (BertModel if encoder_only else BertForSequenceClassification)(config).save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
 

@@ -120,19 +120,7 @@ class SequenceClassifier:
         self.tokens_read = 0  # tokens the last `scores` call gave the model
 
     def token_ids(self, texts: list[str]) -> list[list[int]]:
-        """Each text's first `max_tokens` tokens (special tokens included), as the tokenizer truncates them; a
-        long text is cut first at white space past `max_tokens x 16` characters, then whole where that was short."""
-        limit = self.options.max_tokens
-        cut = limit * CHARS_PER_TOKEN_BOUND
-        prefixes = [text if len(text) <= cut else text[: _space_after(text, cut)] for text in texts]
-        ids = self.tokenizer(prefixes, truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
-        short = [i for i, (text, prefix) in enumerate(zip(texts, prefixes, strict=True))
-                 if len(ids[i]) < limit and len(prefix) < len(text)]  # fmt: skip
-        if short:  # fewer tokens than the limit in the cut: long "words" (base64, URLs); the whole text decides
-            whole = self.tokenizer([texts[i] for i in short], truncation=True, max_length=limit)["input_ids"]
-            for i, row in zip(short, whole, strict=True):
-                ids[i] = row
-        return ids
+        return token_ids(self.tokenizer, texts, self.options.max_tokens)
 
     def logits(self, texts: list[str]) -> np.ndarray:
         """float32 logits, one row per text in the given order."""
@@ -167,14 +155,37 @@ class SequenceClassifier:
     def _forward(self, rows: list[list[int]], width: int) -> np.ndarray:
         import torch
 
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, row in enumerate(rows):
-            input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
-            attention[r, : len(row)] = 1
+        input_ids, attention = padded(rows, width, self.pad_id)
         with torch.inference_mode():
             logits = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device)).logits
         return logits.float().cpu().numpy()
+
+
+def token_ids(tokenizer, texts: list[str], limit: int) -> list[list[int]]:
+    """Each text's first `limit` tokens (special tokens included), as the tokenizer truncates them; a long text is
+    cut first at white space past `limit x 16` characters, then taken whole where that cut held fewer tokens."""
+    cut = limit * CHARS_PER_TOKEN_BOUND
+    prefixes = [text if len(text) <= cut else text[: _space_after(text, cut)] for text in texts]
+    ids = tokenizer(prefixes, truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
+    short = [i for i, (text, prefix) in enumerate(zip(texts, prefixes, strict=True))
+             if len(ids[i]) < limit and len(prefix) < len(text)]  # fmt: skip
+    if short:  # fewer tokens than the limit in the cut: long "words" (base64, URLs); the whole text decides
+        whole = tokenizer([texts[i] for i in short], truncation=True, max_length=limit)["input_ids"]
+        for i, row in zip(short, whole, strict=True):
+            ids[i] = row
+    return ids
+
+
+def padded(rows: list[list[int]], width: int, pad_id: int):
+    """(input ids, attention mask) of token rows padded to `width`, as torch tensors."""
+    import torch
+
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, row in enumerate(rows):
+        input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention[r, : len(row)] = 1
+    return input_ids, attention
 
 
 def _space_after(text: str, position: int) -> int:

@@ -1,0 +1,79 @@
+"""A head trained on a frozen encoder: it separates reference text from crawl text, and a job scores with it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import reference_and_crawl_texts
+from support import benchmark_module, shared
+
+from corpus.errors import ClassifierError
+from corpus.models.sequence_classifier import ClassifierOptions, SequenceClassifier
+from corpus.models.training import HeadOptions, read_labelled, train_head
+
+
+@pytest.fixture(scope="module")
+def encoder_and_texts(tmp_path_factory):
+    """A 2-layer BERT-shaped encoder (random weights, no head), and reference against crawl texts."""
+    pytest.importorskip("transformers", reason="the models extra is not installed: pip install -e '.[models]'")
+    from corpus.api import read_documents
+
+    reference = reference_and_crawl_texts()
+    warcs = ["warc-ipwb/sample-1.warc.gz", "warc-ukwa-govuk/BL-20140325121225068-00000-32090~opera~8443.warc.gz",
+             "warc-aut/example.warc.gz"]  # fmt: skip
+    crawl = [text for text in read_documents([str(shared(w)) for w in warcs]).column("text").to_pylist() if text]
+    folder = tmp_path_factory.mktemp("encoder")
+    shape = {"layers": 2, "hidden": 256, "heads": 4, "vocabulary": 1000, "max_positions": 128}
+    encoder = benchmark_module("model_scores").write_random_classifier(
+        folder / "encoder", reference + crawl, encoder_only=True, **shape
+    )
+    return encoder, reference, crawl
+
+
+def test_a_classes_head_separates_reference_text_from_crawl_and_its_folder_scores_so(encoder_and_texts, tmp_path):
+    encoder, reference, crawl = encoder_and_texts
+    texts = reference + crawl
+    labels = ["reference"] * len(reference) + ["crawl"] * len(crawl)
+    options = HeadOptions(head="classes", max_tokens=128, epochs=60, lr=3e-3, validation=0.3)
+    report = train_head(str(encoder), texts, labels, str(tmp_path / "head"), options)
+    assert report["held_out"]["roc_auc"] >= 0.9, report["held_out"]  # measured: 0.96 (0.95 for the regression)
+    assert report["documents"]["held_out"] == round(len(texts) * 0.3)
+    assert json.loads((tmp_path / "head" / "training_report.json").read_text()) == report
+    folder = str(tmp_path / "head")
+    scorer = SequenceClassifier(folder, ClassifierOptions(model=folder, max_tokens=128), "cpu")
+    assert scorer.head.labels == ("crawl", "reference")
+    from sklearn.metrics import roc_auc_score
+
+    scores = scorer.scores(texts)["p_reference"]  # the saved folder, as a job's [models.NAME] scores with it
+    assert roc_auc_score([label == "reference" for label in labels], scores) >= 0.9
+
+
+def test_a_regression_head_learns_scores_from_a_labelled_file(encoder_and_texts, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    encoder, reference, crawl = encoder_and_texts
+    pq.write_table(pa.table({"body": reference + crawl, "llm": [4.0] * len(reference) + [1.0] * len(crawl)}),
+                   tmp_path / "annotated.parquet")  # fmt: skip
+    texts, scores = read_labelled(str(tmp_path / "annotated.parquet"), "body", "llm")
+    options = HeadOptions(max_tokens=128, epochs=60, lr=3e-3, validation=0.3, threshold=3)
+    held = train_head(str(encoder), texts, scores, str(tmp_path / "edu"), options)["held_out"]
+    assert held["roc_auc"] >= 0.9 and held["spearman"] > 0.5, held
+    assert held["confusion"]["labels"][0] >= 0 and sum(map(sum, held["confusion"]["rows_true_columns_predicted"])) == (
+        round(len(texts) * 0.3)
+    )
+    with pytest.raises(ClassifierError, match="has no column 'score' \\(columns: body, llm\\)"):
+        read_labelled(str(tmp_path / "annotated.parquet"), "body", "score")
+
+
+def test_what_cannot_be_trained_is_refused(encoder_and_texts, tmp_path):
+    encoder, reference, _ = encoder_and_texts
+    with pytest.raises(ClassifierError, match="classes need at least two labels"):
+        train_head(str(encoder), reference[:20], ["a"] * 20, str(tmp_path / "x"), HeadOptions(head="classes"))
+    with pytest.raises(ClassifierError, match="need at least 10 labelled texts"):
+        train_head(str(encoder), reference[:3], [1, 2, 3], str(tmp_path / "x"))
+    with pytest.raises(ClassifierError, match="batch_tokens must be at least 512"):
+        HeadOptions(batch_tokens=100)
+    assert np.isfinite(HeadOptions().lr)
