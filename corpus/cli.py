@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
-
-from rich.console import Console
-from rich.table import Table
 
 from corpus.cli_ablate import add_ablate_commands
+from corpus.cli_classifier import add_classifier_commands
 from corpus.cli_report import inspect_command, report_command
 from corpus.cli_rules import rules_list, rules_try
 from corpus.cli_run import export_command, plan_command, run_command, writable_file
-from corpus.lab.classifier import TrainOptions
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
@@ -50,52 +46,6 @@ def _sample(args: argparse.Namespace) -> int:
         write_sample_tokenizer(args.tokenizer)
         print(f"wrote the sample's tokenizer to {args.tokenizer}")
     return 0
-
-
-def _classifier_train(args: argparse.Namespace) -> int:
-    from corpus.errors import ClassifierError
-    from corpus.lab.classifier import read_texts, report_path, train
-
-    try:
-        options = TrainOptions(**{f.name: getattr(args, f.name) for f in fields(TrainOptions)})
-        positives, negatives = (read_texts(paths, args.text_field) for paths in (args.positive, args.negative))
-        report = train(positives, negatives, args.out, options)
-    except ClassifierError as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
-        return 2
-    _print_metrics(f"held out ({args.validation:.0%} of each class)", report["held_out"])
-    size = report["model_bytes"] / 1e6
-    print(
-        f"wrote {args.out} ({size:,.0f} MB) and {report_path(args.out)} (trained in {report['train']['seconds']:.1f} s)"
-    )
-    if size > 100 and not args.quantize:
-        print(
-            f"note: the model is {size:,.0f} MB, {args.bucket:,} n-gram rows x {args.dim} floats whatever the data; "
-            "--quantize makes it ~7x smaller (and --bucket 200000 suits a few thousand documents)"
-        )
-    return 0
-
-
-def _classifier_eval(args: argparse.Namespace) -> int:
-    from corpus.errors import ClassifierError
-    from corpus.lab.classifier import QualityModel, evaluate, read_texts
-
-    try:
-        positives, negatives = (read_texts(paths, args.text_field) for paths in (args.positive, args.negative))
-        result = evaluate(QualityModel(args.model), positives, negatives)
-    except ClassifierError as exc:
-        print(f"corpus: {exc}", file=sys.stderr)
-        return 2
-    _print_metrics(args.model, result)
-    return 0
-
-
-def _print_metrics(title: str, result: dict) -> None:
-    table = Table(title=title)
-    for name in result:
-        table.add_column(name, justify="right")
-    table.add_row(*(str(value) for value in result.values()))
-    Console(soft_wrap=True).print(table)
 
 
 def _at_least(least: int):
@@ -152,27 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--out", required=True, help="the tokenizer JSON file to write")
     train.set_defaults(handler=_tokenizer_train)
 
-    classifier = commands.add_parser("classifier", help="train or evaluate a fastText quality classifier")
-    classifier_commands = classifier.add_subparsers(dest="classifier_command", required=True)
-    sources = "documents Parquet (files or a run's documents/), JSONL, or text files (a document a line)"
-    train_classifier = classifier_commands.add_parser("train", help="reference text (positive) against crawl")
-    train_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
-    train_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
-    train_classifier.add_argument("--out", required=True, help="the model file (its report: the same name, .json)")
-    for option in fields(TrainOptions):
-        flag = f"--{option.name.replace('_', '-')}"
-        if isinstance(option.default, bool):
-            train_classifier.add_argument(flag, action="store_true", help="(off)")
-        else:
-            train_classifier.add_argument(flag, type=type(option.default), default=option.default, help="(%(default)s)")
-    train_classifier.set_defaults(handler=_classifier_train)
-    eval_classifier = classifier_commands.add_parser("eval", help="score a labelled set with a model")
-    eval_classifier.add_argument("model")
-    eval_classifier.add_argument("--positive", nargs="+", required=True, help=sources)
-    eval_classifier.add_argument("--negative", nargs="+", required=True, help=sources)
-    for command in (train_classifier, eval_classifier):
-        command.add_argument("--text-field", default="text", help="the texts' column or JSONL field (%(default)s)")
-    eval_classifier.set_defaults(handler=_classifier_eval)
+    add_classifier_commands(commands)
 
     report = commands.add_parser("report", help="an HTML report of what each rule of a run dropped, and a summary")
     report.add_argument("run", help="a run's output folder")

@@ -77,3 +77,22 @@ def test_what_cannot_be_trained_is_refused(encoder_and_texts, tmp_path):
     with pytest.raises(ClassifierError, match="batch_tokens must be at least 512"):
         HeadOptions(batch_tokens=100)
     assert np.isfinite(HeadOptions().lr)
+
+
+def test_the_command_line_trains_a_head_from_reference_and_crawl_sets(encoder_and_texts, tmp_path, capsys):
+    from corpus.cli import main
+
+    encoder, reference, crawl = encoder_and_texts
+    for name, texts in (("reference", reference), ("crawl", crawl)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    out = tmp_path / "head"
+    common = ["classifier", "train", "--kind", "encoder", "--out", str(out)]
+    sets = ["--positive", str(tmp_path / "reference.jsonl"), "--negative", str(tmp_path / "crawl.jsonl")]
+    assert main([*common, *sets]) == 2
+    assert "give its folder with --encoder" in capsys.readouterr().err
+    tuning = ["--max-tokens", "128", "--epochs", "60", "--lr", "0.003", "--validation", "0.3"]
+    assert main([*common, *sets, "--encoder", str(encoder), *tuning]) == 0
+    said = capsys.readouterr().out
+    assert "confusion (rows: true, columns: predicted)" in said and f"wrote {out} (a classes head" in said
+    report = json.loads((out / "training_report.json").read_text())
+    assert report["settings"]["epochs"] == 60 and report["held_out"]["roc_auc"] >= 0.9
