@@ -26,10 +26,10 @@ def _files(*folders: str) -> list[Path]:
     return [path for folder in folders for path in sorted((REPO / folder).rglob("*.py"))]
 
 
-def test_config_imports_no_engine_nor_lab_and_stages_rules_text_import_neither():
+def test_config_imports_no_engine_nor_lab_and_stages_rules_text_models_import_neither():
     for path in _files("corpus/config"):
         assert not [m for m, _ in _imports(path) if m.startswith(("corpus.engine", "corpus.lab"))], path
-    for path in _files("stages", "rules", "corpus/text"):
+    for path in _files("stages", "rules", "corpus/text", "corpus/models"):
         upward = [m for m, _ in _imports(path) if m.startswith(("corpus.engine", "corpus.config", "corpus.lab"))]
         assert not upward, (path, upward)
 

@@ -157,3 +157,29 @@ def test_ablate_plan_on_the_sample_says_runs_budget_time_and_trains_nothing(tmp_
     assert "d64L2: 39 steps, 39,936 training tokens a run" in out and "tokens/s measured here" in out
     assert "power: no pilot's noise to read" in out
     assert not (tmp_path / "loo" / "runs").exists()  # nothing trained
+
+
+def test_variants_keep_the_top_fractions_of_a_models_scores(tiny_classifiers, tmp_path):
+    from support import shared, write_job
+
+    _, regression, _ = tiny_classifiers
+    models = {"edu": {"model": str(regression)}}
+    write_job(tmp_path, [str(shared("warc-dolma/sample-0000.warc.gz"))], tmp_path / "docs", name="documents",
+              models=models)  # fmt: skip
+    shutil.copy(REPO / "jobs" / "references" / "sample_heldout.jsonl", tmp_path / "heldout.jsonl")
+    variants = "".join(
+        f"[variants.edu_top{100 - q}]\nselect = {{ edu = {{ score = {{ min_quantile = {q / 100} }} }} }}\n"
+        for q in (50, 70, 90)
+    )
+    (tmp_path / "ablation.toml").write_text(
+        'name = "by-score"\ndocuments = "documents.toml"\noutput = "out"\n'
+        "[train]\ntokens = 40_960\nbatch_size = 8\neval_every = 2\n[model]\nseq_len = 128\n"
+        '[[references]]\nname = "heldout"\npath = "heldout.jsonl"\n[variants.all]\n' + variants
+    )
+    ablation = load_ablation(tmp_path / "ablation.toml")
+    assert list(ablation.variants) == ["all", "edu_top50", "edu_top30", "edu_top10"]
+    assert not [t for t in ablation.variants["all"].thresholds if t.rule == "edu"]
+    for name, quantile in (("edu_top50", 0.5), ("edu_top30", 0.7), ("edu_top10", 0.9)):
+        (threshold,) = [t for t in ablation.variants[name].thresholds if t.rule == "edu"]
+        assert (threshold.column, threshold.bound, threshold.quantile) == ("edu.score", "min", quantile)
+        assert ablation.variants[name].documents_from == ablation.documents.output
