@@ -47,6 +47,16 @@ def add_classifier_commands(commands) -> None:
     encoder.add_argument("--max-tokens", type=int, default=512, help="(%(default)s)")
     encoder.add_argument("--threshold", type=float, default=3.0, help="regression: positive at or above (%(default)s)")
     train.set_defaults(handler=_train)
+    distil = classifier_commands.add_parser(
+        "distil", help="a fastText student of one of a run's models, learned from its scores on a sample of the run"
+    )
+    distil.add_argument("run", help="a finished run's folder (its documents and its job's [models.NAME])")
+    distil.add_argument("--teacher", required=True, help="the job's model to distil (a [models.NAME] name)")
+    distil.add_argument("--out", required=True, help="the student's fastText file (its reports beside it)")
+    distil.add_argument("--sample", type=int, default=20_000, help="documents the teacher scores (%(default)s)")
+    distil.add_argument("--threshold", type=float, default=3.0, help="the teacher's score of a yes (%(default)s)")
+    distil.add_argument("--seed", type=int, default=0, help="(%(default)s)")
+    distil.set_defaults(handler=_distil)
     evaluate = classifier_commands.add_parser("eval", help="score a labelled set with a fastText model")
     evaluate.add_argument("model")
     evaluate.add_argument("--positive", nargs="+", required=True, help=SOURCES)
@@ -121,6 +131,29 @@ def _train_encoder_head(args: argparse.Namespace) -> int:
         table.add_row(str(label), *(str(count) for count in row))
     Console(soft_wrap=True).print(table)
     print(f"wrote {args.out} (a {head} head; name it in a job as [models.NAME] model) and {args.out}/{REPORT}")
+    return 0
+
+
+def _distil(args: argparse.Namespace) -> int:
+    from corpus.errors import ClassifierError, JobError
+    from corpus.lab.distillation import distil
+
+    try:
+        report = distil(args.run, args.teacher, args.out, args.sample, args.threshold, args.seed)
+    except (ClassifierError, JobError) as exc:
+        print(f"corpus: {exc}", file=sys.stderr)
+        return 2
+    teacher, student, held = report["teacher"], report["student"], report["held_out"]
+    _print_metrics(f"student against teacher, {held['documents']} held-out documents", held)
+    print(
+        f"teacher {teacher['model']}: {teacher['documents']} documents at {teacher['documents_per_s']:,} documents/s; "
+        f"student: {student['documents_per_s']:,} documents/s on one core"
+    )
+    print(
+        f"wrote {args.out}; score the whole run with it by adding to the job\n"
+        f'  [models.{args.teacher}_student]\n  model = "{args.out}"\n  class_values = {{ hq = 1, cc = 0 }}\n'
+        "and running it again: only the student scores (every other phase is done)"
+    )
     return 0
 
 

@@ -96,3 +96,35 @@ def test_the_command_line_trains_a_head_from_reference_and_crawl_sets(encoder_an
     assert "confusion (rows: true, columns: predicted)" in said and f"wrote {out} (a classes head" in said
     report = json.loads((out / "training_report.json").read_text())
     assert report["settings"]["epochs"] == 60 and report["held_out"]["roc_auc"] >= 0.9
+
+
+@pytest.mark.slow  # runs a whole job
+def test_a_teacher_distils_into_a_fasttext_student_that_agrees_with_it(encoder_and_texts, tmp_path, capsys):
+    from support import write_job
+
+    from corpus.cli import main
+    from corpus.config.job import load_job
+    from corpus.engine import run_job
+    from corpus.models.fasttext_classifier import fasttext_labels
+
+    encoder, reference, crawl = encoder_and_texts
+    texts = reference + crawl
+    labels = ["reference"] * len(reference) + ["crawl"] * len(crawl)
+    options = HeadOptions(head="classes", max_tokens=128, epochs=60, lr=3e-3)
+    train_head(str(encoder), texts, labels, str(tmp_path / "teacher"), options)
+    (tmp_path / "pages.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    models = {"teacher": {"model": str(tmp_path / "teacher"), "max_tokens": 128}}
+    job = write_job(tmp_path, [str(tmp_path / "pages.jsonl")], tmp_path / "run", annotate={"rules": ["language"]},
+                    models=models)  # fmt: skip
+    run_job(load_job(job), use_ray=False)
+    student = tmp_path / "student.bin"
+    common = ["classifier", "distil", str(tmp_path / "run"), "--out", str(student), "--threshold", "0.5"]
+    assert main([*common, "--teacher", "nobody"]) == 2
+    assert "the run's job has no model 'nobody' (its [models.NAME]: teacher)" in capsys.readouterr().err
+    assert main([*common, "--teacher", "teacher"]) == 0
+    said = capsys.readouterr().out
+    assert "[models.teacher_student]" in said and "documents/s on one core" in said
+    report = json.loads(student.with_suffix(".distil.json").read_text())
+    assert report["teacher"]["documents"] == len(texts)
+    assert report["held_out"]["roc_auc"] >= 0.85 and report["held_out"]["spearman"] >= 0.5, report["held_out"]
+    assert sorted(fasttext_labels(str(student))) == ["__label__cc", "__label__hq"]
