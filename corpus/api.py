@@ -40,6 +40,7 @@ __all__ = [
     "extract_text",
     "identify_language",
     "mask_pii",
+    "model_scores",
     "near_duplicates",
     "quality_scores",
     "read_documents",
@@ -360,3 +361,20 @@ def quality_scores(texts: Sequence[str], model: str) -> np.ndarray:
     rule = QualityClassifier(QualityClassifier.Options(model=str(model)))
     QualityClassifier.check(rule.options)
     return np.asarray(rule.compute(DocumentBatch(_texts(texts)))["score"], np.float32)
+
+
+def model_scores(texts: Sequence[str], model: str, **settings) -> pa.Table:
+    """Each text's signals from a classifier, as a run's `[models.NAME]` stores them (without the NAME. prefix).
+
+    `model`: a folder `save_pretrained` wrote, or a fastText file; `settings`: the table's other keys
+    (`max_tokens`, `dtype`, `class_values`, ...). Runs in this process, on a GPU where `gpus_per_task` asks for one."""
+    from corpus.errors import ClassifierError
+    from corpus.models.sequence_classifier import ClassifierOptions, describe, load_classifier
+
+    try:
+        options = ClassifierOptions(model=str(model), **settings)
+    except ValidationError as exc:
+        raise ClassifierError(f"model_scores settings: {exc.errors()[0]['msg']}") from None
+    signals = describe(options, str(model)).signals()
+    values = load_classifier(options).scores(_texts(texts))
+    return pa.table({signal.name: pa.array(values[signal.name], type=signal.type) for signal in signals})

@@ -54,25 +54,34 @@ def bucket_rule(name: str, options: BucketOptions) -> type[Buckets]:
 
 
 def percentile_reference(values: np.ndarray) -> np.ndarray:
-    """A score's values over the run (or its even sample), sorted: what percentiles are read from. NaN sorts
-    first, so it is below every value."""
+    """A score's values over the run (or its even sample), sorted, without the documents it did not score (null,
+    NaN): what percentiles are read from."""
     values = np.asarray(values, np.float64)
-    return np.sort(np.where(np.isnan(values), -np.inf, values), kind="stable")
+    return np.sort(values[~np.isnan(values)], kind="stable")
 
 
 def bucket_documents(scores: dict[str, np.ndarray], references: dict[str, np.ndarray], options: BucketOptions
                      ) -> dict[str, np.ndarray]:  # fmt: skip
-    """`percentile` and `bucket` of each document from its scores (by column) and each score's reference (all of
-    one length: the same documents). Buckets are computed from integer ranks, so a percentile that is exactly a
-    bucket's edge never falls into the bucket below by a rounding step."""
-    size = len(references[options.scores[0]])
-    ranks = []
+    """`percentile` and `bucket` of each document from its scores (by column) and each score's reference; a
+    document without one of the scores (a model scoring only kept documents) has neither (NaN, -1). With `max`,
+    a bucket comes from integer ranks, so a percentile exactly on a bucket's edge never falls into the one below
+    by a rounding step."""
+    ranks, sizes = [], []
     for column in options.scores:
         values = np.asarray(scores[column], np.float64)
-        ranks.append(np.searchsorted(references[column], np.where(np.isnan(values), -np.inf, values), side="left"))
-    stacked = np.vstack(ranks).astype(np.int64)
-    parts = 1 if options.combine == "max" else len(options.scores)
-    combined = stacked.max(axis=0) if options.combine == "max" else stacked.sum(axis=0)
-    denominator = max(size, 1) * parts
-    bucket = np.minimum(combined * options.count // denominator, options.count - 1).astype(np.int32)
-    return {"percentile": (combined / denominator).astype(np.float32), "bucket": bucket}
+        ranks.append(np.searchsorted(references[column], values, side="left").astype(np.int64))
+        sizes.append(max(len(references[column]), 1))
+        ranks[-1][np.isnan(values)] = -1
+    ranks_of = np.vstack(ranks)
+    missing = (ranks_of < 0).any(axis=0)
+    shares = ranks_of / np.array(sizes, np.float64)[:, None]
+    if options.combine == "max":
+        percentile = shares.max(axis=0)
+        edges = np.vstack([r * options.count // n for r, n in zip(ranks, sizes, strict=True)])
+        bucket = edges.max(axis=0)
+    else:
+        percentile = shares.mean(axis=0)
+        bucket = np.floor(percentile * options.count + 1e-9).astype(np.int64)
+    bucket = np.minimum(bucket, options.count - 1).astype(np.int32)
+    percentile[missing], bucket[missing] = np.nan, -1
+    return {"percentile": percentile.astype(np.float32), "bucket": bucket}

@@ -93,10 +93,11 @@ def bucket_shard(job: Job, task: Task, context: Context) -> dict:
     )
     rule = bucket_rule(name, options)
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields([rule])])
-    columns = [pa.array(values[signal.name], type=signal.type) for signal in rule.signals]
+    missing = values["bucket"] < 0  # a document one of the scores left unscored
+    columns = [pa.array(values[signal.name], type=signal.type, mask=missing) for signal in rule.signals]
     with documents_folder(job).parquet_writer(scores_path(name, task.shard.id), schema) as writer:
         writer.write(pa.Table.from_arrays([signals.column("id"), *columns], schema=schema))
-    counts = np.bincount(values["bucket"], minlength=options.count)
+    counts = np.bincount(values["bucket"][~missing], minlength=options.count)
     return {"id": task.id, "buckets": name, "file": writer.published, "documents": counts.tolist()}
 
 

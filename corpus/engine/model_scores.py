@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pyarrow as pa
 
 from corpus.config.job import Job
-from corpus.config.keys import cache_key, fingerprint
+from corpus.config.keys import cache_key, fingerprint, thresholds_key
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import documents_path, scores_marker, scores_path
-from corpus.engine.tasks import Context, Task, kind
+from corpus.engine.select import kept_by, resolve_quantiles
+from corpus.engine.shards import shard_key
+from corpus.engine.tasks import Context, Task, kind, run_phase, shards_done
 from corpus.errors import JobError
 from corpus.models.heads import model_rule
 from corpus.models.sequence_classifier import ClassifierOptions, is_hub_id, load_classifier
@@ -35,17 +38,39 @@ def model_identity(options: ClassifierOptions) -> dict:
     return {"settings": options.model_dump(exclude={"gpus_per_task", "cpus_per_task"}), "files_sha256": files}
 
 
-def model_score_tasks(job: Job, shards: list[Shard], reports: dict[str, dict]) -> list[Task]:
-    """A task per model and shard, model by model."""
+def rule_thresholds(job: Job) -> list:
+    """The job's thresholds on rules' signals, not on its models' or buckets': what a model scoring only the
+    kept documents (`documents = "kept"`) goes by."""
+    scored = set(job.models) | set(job.buckets)
+    return [threshold for threshold in job.thresholds if threshold.rule not in scored]
+
+
+def model_score_tasks(job: Job, shards: list[Shard], reports: dict[str, dict], signals_key_of: dict[str, str]
+                      ) -> list[Task]:  # fmt: skip
+    """A task per model and shard, model by model. `job`'s rule thresholds are resolved (quantiles as values);
+    `signals_key_of`: each shard's rule signals' key, which a model scoring only kept documents depends on."""
     texts = fingerprint(job)
+    kept_key = cache_key(thresholds_key(rule_thresholds(job)), shard_key(job))  # the thresholds, the rules' signals
     tasks = []
     for name, options in sorted(job.models.items()):
         model = model_identity(options)
         for shard in shards:
-            key = cache_key(KIND, name, model, texts, shard.id, reports[shard.id].get("input"))
+            kept = (kept_key, signals_key_of[shard.id]) if options.documents == "kept" else ""
+            key = cache_key(KIND, name, model, texts, shard.id, reports[shard.id].get("input"), kept)
             tasks.append(Task(KIND, f"{name}/{shard.id}", key, scores_marker(name, shard.id), shard,
                               (("model", name),)))  # fmt: skip
     return tasks
+
+
+def score_shards(
+    runner, job: Job, shards: list[Shard], reports: dict, documents: int, failed: dict, signals_key_of: dict
+) -> tuple[list[Shard], dict[str, str]]:
+    """Run the phase: the shards every model scored, and their signals keys with the models' folded in."""
+    rules_only = job.model_copy(update={"thresholds": tuple(rule_thresholds(job))})
+    resolved = resolve_quantiles(rules_only, [shard.id for shard in shards], documents)  # what "kept" goes by
+    scoring = job.model_copy(update={"thresholds": tuple(resolved)})
+    tasks = model_score_tasks(scoring, shards, reports, signals_key_of)
+    return shards_done(tasks, run_phase(runner, scoring, tasks, failed), shards, signals_key_of)
 
 
 def _resources(job: Job, task: Task) -> dict:
@@ -67,24 +92,40 @@ def score_shard(job: Job, task: Task, context: Context) -> dict:
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), *signal_fields([rule])])
     folder = documents_folder(job)
     path = scores_path(name, task.shard.id)
-    tokens = 0
+    kept = kept_by(job, task.shard.id, rule_thresholds(job)) if options.documents == "kept" else None
+    tokens = scored = start = 0
     with folder.parquet_writer(path, schema) as writer:
         for table in folder.iter_batches(documents_path(task.shard.id), job.read.batch_size, ["id", "text"]):
-            texts = table.column("text").to_pylist()
-            values = scorer.scores(texts)
-            tokens += scorer.tokens_read
-            columns = [pa.array(values[signal.name], type=signal.type) for signal in rule.signals]
+            rows = np.arange(table.num_rows) if kept is None else np.flatnonzero(kept[start : start + table.num_rows])
+            start += table.num_rows
+            texts = table.column("text").take(pa.array(rows, pa.int64())).to_pylist()
+            values = scorer.scores(texts) if texts else {signal.name: [] for signal in rule.signals}
+            tokens += scorer.tokens_read if texts else 0
+            scored += len(texts)
+            columns = [_at_rows(values[signal.name], rows, table.num_rows, signal.type) for signal in rule.signals]
             writer.write(pa.Table.from_arrays([table.column("id"), *columns], schema=schema))
     seconds = time.perf_counter() - started
     return {
         "id": task.id,
         "model": name,
         "file": writer.published,
+        "scored": scored,
         "tokens": tokens,
         "device": str(scorer.device),
         "seconds": round(seconds, 4),
         "worker": context.worker,
     }
+
+
+def _at_rows(values, rows: np.ndarray, count: int, type_: pa.DataType) -> pa.Array:
+    """`values` of `rows` placed in a column of `count` documents, null elsewhere (the documents not scored)."""
+    if len(rows) == count:
+        return pa.array(values, type=type_)
+    full = np.zeros(count, np.asarray(values).dtype if len(values) else np.float32)
+    full[rows] = values
+    scored = np.zeros(count, np.bool_)
+    scored[rows] = True
+    return pa.array(full, type=type_, mask=~scored)
 
 
 def models_manifest(job: Job) -> dict:
@@ -119,9 +160,3 @@ def check_gpus(job: Job, cluster_gpus: float | None) -> None:
             key=f"models.{name}.gpus_per_task",
             problem=f"{options.gpus_per_task:g} GPU(s) per task, but {where}; set gpus_per_task = 0 to score on CPUs",
         )
-
-
-def scored_columns(job: Job) -> dict[str, str]:
-    """The column prefix of each model's and buckets' signals -> its name: what `stored_signals` reads from
-    `scores/<name>/`."""
-    return {f"{name}.": name for name in [*job.models, *job.buckets]}

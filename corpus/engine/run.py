@@ -326,8 +326,9 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
         scoring = runners.pick(needs_workers=heavy)
         names = ", ".join(sorted(options.models))
         progress.note(f"model scores ({names}): {counted(len(shards), 'shard')} {runners.where(scoring)}")
-        tasks = model_phase.model_score_tasks(options, shards, reports)
-        shards, corpus_key_of = shards_done(tasks, run_phase(scoring, options, tasks, failed), shards, corpus_key_of)
+        shards, corpus_key_of = model_phase.score_shards(
+            scoring, options, shards, reports, documents, failed, corpus_key_of
+        )
         clock.lap("model scores")
     if options.buckets and shards:
         progress.note(f"buckets ({', '.join(sorted(options.buckets))}): percentiles over the run")

@@ -11,7 +11,6 @@ import pyarrow.compute as pc
 
 from corpus.config.job import Job
 from corpus.config.keys import cache_key, thresholds_key
-from corpus.engine.model_scores import scored_columns
 from corpus.engine.plan import Shard, corpus_rules, documents_folder
 from corpus.engine.run_folder import (
     RunFolder,
@@ -26,6 +25,11 @@ from corpus.engine.run_folder import (
 from corpus.engine.tasks import Context, Task, kind
 from corpus.rulebook import content_sha256, load_once
 from corpus.stages.select import LANGUAGE_KEY, SELECTION, language_funnel, select_documents
+
+
+def scored_columns(job: Job) -> dict[str, str]:
+    """The column prefix of each model's and buckets' signals -> its name: read from `scores/<name>/`."""
+    return {f"{name}.": name for name in [*job.models, *job.buckets]}
 
 
 def stored_signals(job: Job, shard_id: str, columns: list[str]) -> pa.Table:
@@ -123,6 +127,13 @@ def select_shard(job: Job, task: Task, context: Context) -> dict:
         writer.write(selected.table)
     languages = language_funnel(signals, selected.table.column("kept"))
     return {"id": task.shard.id, "select": selected.counts.to_dict(), "failing": failing, "languages": languages}
+
+
+def kept_by(job: Job, shard_id: str, thresholds: list) -> np.ndarray:
+    """Per document of a shard, whether these (resolved) thresholds keep it."""
+    columns = [t.column for t in thresholds] + ([LANGUAGE_KEY] if keyed_by_language(job) else [])
+    signals = stored_signals(job, shard_id, list(dict.fromkeys(columns)))
+    return select_documents(signals, thresholds)[0].table.column("kept").to_numpy(zero_copy_only=False)
 
 
 def keyed_by_language(job: Job) -> bool:

@@ -48,6 +48,11 @@ class ClassifierOptions(StageOptions):
         default_factory=dict, description="classes' values for score and int_score, by label (default: class ids)"
     )
     int_range: tuple[int, int] = Field((0, 5), description="int_score of a regression: rounded, clipped to this")
+    documents: Literal["all", "kept"] = Field(
+        "all",
+        description="all: every stored document; kept: only those the job's rule thresholds keep (the others' "
+        "scores are null), so the model's cost falls on what the cheap rules leave",
+    )
 
     @model_validator(mode="after")
     def _coherent(self):

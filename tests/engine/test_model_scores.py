@@ -167,3 +167,34 @@ def test_buckets_of_a_signal_the_job_does_not_compute_are_refused(tiny_classifie
         scoring_job(
             tmp_path, regression, classes, {"b": {"bucket": {"min": 25}}}, buckets={"b": {"scores": ["edu.score"]}}
         )
+
+
+@pytest.mark.slow  # runs a whole job, twice
+def test_a_model_scoring_the_kept_documents_scores_only_what_the_rules_keep(tiny_classifiers, tmp_path):
+    _, regression, _ = tiny_classifiers
+    models = {"edu": {"model": str(regression), "max_tokens": 128, "documents": "kept"}}
+    sections = {"extract": {"extractor": "resiliparse"}, "annotate": {"rules": ["language", "gopher_quality"]},
+                "models": models, "buckets": {"tiers": {"scores": ["edu.score"], "count": 4}}}  # fmt: skip
+    inputs = [str(shared(w)) for w in WARCS]
+    stats = run_job(load_job(write_job(tmp_path, inputs, tmp_path / "out", **sections)), use_ray=False)
+    out = tmp_path / "out"
+    by_rules = pq.read_table(out / "selection", columns=["kept"]).column("kept").to_numpy()
+    assert 0 < by_rules.sum() < len(by_rules)  # the rules drop some: those are not scored
+    edu = pq.read_table(out / "scores" / "edu")
+    assert (~np.asarray(edu.column("edu.score").is_null())).tolist() == by_rules.tolist()
+    texts = pq.read_table(out / "documents", columns=["text"]).column("text").to_pylist()
+    direct = SequenceClassifier(str(regression), ClassifierOptions(model=str(regression), max_tokens=128), "cpu")
+    expected = direct.scores([t for t, k in zip(texts, by_rules, strict=True) if k])["score"]
+    assert np.abs(edu.column("edu.score").drop_null().to_numpy() - expected).max() < 1e-5
+    tiers = pq.read_table(out / "scores" / "tiers").column("tiers.bucket")
+    assert tiers.null_count == len(by_rules) - by_rules.sum()
+    assert sum(stats["buckets"]["tiers"]["documents"]) == by_rules.sum()
+    scored = markers(out)
+
+    select = {"gopher_quality": {"words": {"min": 400}}}  # more documents fail: fewer are scored
+    sections["select"] = select
+    run_job(load_job(write_job(tmp_path, inputs, tmp_path / "out", **sections)), use_ray=False)
+    now_kept = pq.read_table(out / "selection", columns=["kept"]).column("kept").to_numpy()
+    assert 0 < now_kept.sum() < by_rules.sum() and markers(out) != scored
+    edu = pq.read_table(out / "scores" / "edu")
+    assert (~np.asarray(edu.column("edu.score").is_null())).tolist() == now_kept.tolist()

@@ -116,7 +116,7 @@ def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_ma
     components = ["node-manager", "object-manager", "dashboard-agent-grpc", "dashboard-agent-listen", "metrics-export",
                   "runtime-env-agent"]  # fmt: skip
     own_ports = [f"--{name}-port={number}" for name, number in zip(components, ports, strict=False)]
-    own_ports.append(f"--worker-port-list={','.join(map(str, ports[len(components):]))}")
+    own_ports.append(f"--worker-port-list={','.join(map(str, ports[len(components) :]))}")
     temp_dir = f"/tmp/raytmp_foreign_{uuid.uuid4().hex[:8]}"
     environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     start = ["ray", "start", "--head", f"--port={port}", *own_ports, "--num-cpus=1", "--include-dashboard=false"]

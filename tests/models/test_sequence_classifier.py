@@ -114,3 +114,15 @@ def test_settings_that_cannot_work_are_refused(tiny_classifiers):
             device_for(ClassifierOptions(model="m", gpus_per_task=1, dtype="bfloat16"))
     with pytest.raises(ClassifierError, match="is not a folder, and the hub could not give it"):
         describe(ClassifierOptions(model="no-such-org/no-such-model"), "job.toml")
+
+
+def test_the_python_surface_gives_a_runs_signals(tiny_classifiers):
+    from corpus.api import model_scores
+
+    texts, _, classes = tiny_classifiers
+    table = model_scores(texts[:10], str(classes), max_tokens=64)
+    assert table.column_names == ["score", "int_score", "p_low", "p_medium", "p_high"]
+    direct = SequenceClassifier(str(classes), ClassifierOptions(model=str(classes), max_tokens=64), "cpu")
+    assert table.column("p_high").to_pylist() == direct.scores(texts[:10])["p_high"].tolist()
+    with pytest.raises(ClassifierError, match="model_scores settings: .*batch_tokens 10 is below max_tokens 64"):
+        model_scores(texts[:1], str(classes), max_tokens=64, batch_tokens=10)

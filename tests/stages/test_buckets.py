@@ -32,12 +32,12 @@ def test_max_and_mean_combine_the_scores_percentiles():
     assert mean["bucket"].tolist() == [1, 0, 1, 2]
 
 
-def test_a_missing_score_is_below_every_other_and_ties_share_a_bucket():
-    scores = np.array([np.nan, 1.0, 1.0, 2.0])
-    out = bucket_documents(
-        {"s.x": scores}, {"s.x": percentile_reference(scores)}, BucketOptions(scores=["s.x"], count=4)
-    )
-    assert out["bucket"].tolist() == [0, 1, 1, 3]
+def test_a_document_left_unscored_has_no_bucket_and_ties_share_one():
+    scores = np.array([np.nan, 1.0, 1.0, 2.0, 3.0])
+    options = BucketOptions(scores=["s.x"], count=4)
+    out = bucket_documents({"s.x": scores}, {"s.x": percentile_reference(scores)}, options)
+    assert out["bucket"].tolist() == [-1, 0, 0, 2, 3]  # ranks among the 4 scored: 0, 0, 2, 3
+    assert np.isnan(out["percentile"][0]) and out["percentile"][1:].tolist() == [0, 0, 0.5, 0.75]
 
 
 def test_settings_that_cannot_work_are_refused():
