@@ -75,6 +75,8 @@ def report_command(args: argparse.Namespace) -> int:
             counts = (f"{row[name]:,}" for name in ("documents", "kept", "kept_words"))
             languages.add_row(row["language"], *counts, row["thresholds"])
         console.print(languages)
+    for scores in data["scores"]:
+        console.print(_scores_table(scores, "tokens" in units))
     rules = Table(title="rules: documents (words) dropped")
     early = bool(data["before_extraction"])  # those rules' drops are pages never extracted: no words
     for column in ("rule", *(["before extraction"] if early else []), "alone", "exclusively", "first"):
@@ -90,6 +92,19 @@ def report_command(args: argparse.Namespace) -> int:
     console.print(rules)
     console.print(f"wrote {out}")
     return 0
+
+
+def _scores_table(scores: dict, with_tokens: bool) -> Table:
+    """A model's score deciles, or a buckets' buckets: documents, and what the selection kept of them."""
+    unscored = f" ({scores['unscored']:,} documents unscored)" if scores["unscored"] else ""
+    table = Table(title=f"{scores['column']}: documents and what is kept{unscored}")
+    units = ["kept_words", "kept_tokens"] if with_tokens else ["kept_words"]
+    for column in ("part", "scores", "documents", "kept", *units):
+        table.add_column(column.replace("_", " "), justify="left" if column in ("part", "scores") else "right")
+    for row in scores["rows"]:
+        span = "" if row["low"] is None else f"{row['low']:.4g} – {row['high']:.4g}"
+        table.add_row(row["part"], span, *(f"{row[name]:,}" for name in ("documents", "kept", *units)))
+    return table
 
 
 def inspect_command(args: argparse.Namespace) -> int:

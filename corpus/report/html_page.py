@@ -68,6 +68,7 @@ IMAGE_CHECK = """window.addEventListener("load", function () {
 SECTIONS = (
     ("funnel", "Funnel"),
     ("languages", "Languages"),
+    ("scores", "Model scores"),
     ("rules", "Rules: what each drops"),
     ("overlap", "Overlap between rules"),
     ("dedup", "Dedup"),
@@ -78,9 +79,9 @@ SECTIONS = (
 )
 
 
-def _contents(with_dedup: bool, with_languages: bool) -> str:
+def _contents(with_dedup: bool, with_languages: bool, with_scores: bool) -> str:
     """The page's sections as links: a report of a large run is tens of thousands of pixels long."""
-    shown = {"dedup": with_dedup, "languages": with_languages}
+    shown = {"dedup": with_dedup, "languages": with_languages, "scores": with_scores}
     links = [f"<a href='#{key}'>{html.escape(name)}</a>" for key, name in SECTIONS if shown.get(key, True)]
     return f"<nav class=contents>{' · '.join(links)}</nav>"
 
@@ -105,6 +106,25 @@ def _languages_html(languages: list[dict]) -> str:
     return "<h2 id=languages>Languages</h2>" + note + _table(headers, rows)
 
 
+def _scores_html(tables: list[dict], with_tokens: bool) -> str:
+    """Each model score by decile, each buckets by bucket: documents, and what the selection kept of them."""
+    if not tables:
+        return ""
+    note = (
+        "Deciles of each model's scores over the documents it scored, and each buckets' buckets: how much of the "
+        "corpus, and of what the selection keeps, each part holds."
+    )
+    parts = [f"<h2 id=scores>Model scores</h2><p>{note}</p>"]
+    units = ["kept_words", "kept_tokens"] if with_tokens else ["kept_words"]
+    for table in tables:
+        unscored = f" ({table['unscored']} documents unscored)" if table["unscored"] else ""
+        rows = [[row["part"], "" if row["low"] is None else f"{row['low']:.4g} – {row['high']:.4g}", row["documents"],
+                 row["kept"], *(row[unit] for unit in units)] for row in table["rows"]]  # fmt: skip
+        parts.append(f"<h3>{html.escape(table['column'])}{unscored}</h3>")
+        parts.append(_table(["part", "scores", "documents", "kept", *(u.replace("_", " ") for u in units)], rows))
+    return "".join(parts)
+
+
 def render_html(data: dict, figures: dict[str, str]) -> str:
     """The report as one HTML page, its figures embedded as data URIs."""
     title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
@@ -116,7 +136,7 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
-        _contents(bool(data["dedup"]), bool(data["languages"])),
+        _contents(bool(data["dedup"]), bool(data["languages"]), bool(data["scores"])),
         "<h2 id=funnel>Funnel</h2>",
         _table(
             ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
@@ -124,6 +144,7 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
         ),
         f"<p>{html.escape(TOKENS_NOTE)}.</p>" if with_tokens else "",
         _languages_html(data["languages"]),
+        _scores_html(data["scores"], with_tokens),
         "<h2 id=rules>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail;"
         " exclusively: failing no other rule; first: dropped by it first, in the job's order"
         + (

@@ -133,7 +133,7 @@ def test_scores_made_on_ray_workers_equal_those_made_in_one_process(tiny_classif
 
 
 @pytest.mark.slow  # runs a whole job, twice
-def test_buckets_are_the_run_s_percentiles_and_select_the_top(tiny_classifiers, tmp_path):
+def test_buckets_are_the_run_s_percentiles_and_select_the_top(tiny_classifiers, tmp_path, capsys):
     _, regression, classes = tiny_classifiers
     buckets = {"edu_tiers": {"scores": ["edu.score"], "count": 4},
                "tiers": {"scores": ["edu.score", "quality.score"], "combine": "max", "count": 20}}  # fmt: skip
@@ -153,6 +153,20 @@ def test_buckets_are_the_run_s_percentiles_and_select_the_top(tiny_classifiers, 
     kept = pq.read_table(out / "selection").column("kept").to_numpy()
     language_kept = pq.read_table(out / "documents", columns=["language.allowed"]).column(0).to_numpy()
     assert kept.tolist() == ((ranks * 4 // len(edu) >= 3) & language_kept).tolist()
+
+    from corpus.cli import main
+    from corpus.report.run_report import load_run, report_data
+
+    tables = {table["column"]: table for table in report_data(load_run(out))["scores"]}
+    assert list(tables) == ["edu.score", "quality.score", "edu_tiers.bucket", "tiers.bucket"]
+    assert [row["documents"] for row in tables["edu_tiers.bucket"]["rows"]] == stats["buckets"]["edu_tiers"][
+        "documents"
+    ]
+    deciles = tables["edu.score"]["rows"]
+    assert sum(row["documents"] for row in deciles) == len(edu) and len(deciles) == 10
+    assert sum(row["kept"] for row in deciles) == kept.sum() and deciles[0]["low"] == edu.min()
+    assert main(["report", str(out)]) == 0
+    assert "edu_tiers.bucket: documents and what is kept" in capsys.readouterr().out
 
     files = {p.name: p.read_bytes() for p in (out / "scores").rglob("*.parquet")}
     run_job(scoring_job(tmp_path, regression, classes, select, buckets=buckets), use_ray=False)
