@@ -2,9 +2,10 @@
 
 A benchmark is a script users run to check a figure; one that fails on a fresh machine (a missing dependency, a
 path that only worked on the author's) is a figure nobody can check. Each runs here as a user would run it, in its
-own process, and must finish and print its result line. Two are left out, and why: `ablation_shared.py` has no
-smaller setting than its 15-minute whole (`ablation_sensitivity.py` runs the same lab on less), and
-`ablation_gpu.sh` needs a GPU.
+own process, and must finish and print its result line. Three are left out, and why: `ablation_shared.py` has no
+smaller setting than its 15-minute whole (`ablation_sensitivity.py` runs the same lab on less), nor has
+`ablation_by_score.py` (about 8 minutes: a BERT-base scoring the shared pages, then an ablation; its parts run in
+tests/engine/test_model_scores.py and tests/models/), and `ablation_gpu.sh` needs a GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SMALLEST = [  # script, its smallest setting, a line its output must hold
     ("faults.py", ["--inputs-only"], r"^wrong declared charset "),
     ("rule_signals.py", [], r"^goal: ours >= 20x datatrove's chain per core"),
     ("dedup.py", ["--sizes", "10000,20000"], r"^20,000 / 10,000 dedup time: [\d.]+x"),
+    ("model_scores.py", ["--documents", "4"], r"^corpus vs model card: [\d.]+x documents/s"),
     (
         "fineweb_recipe.py",
         ["--copies", "2", "--inputs", "shared", "--extractors", "resiliparse"],

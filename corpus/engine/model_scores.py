@@ -73,6 +73,27 @@ def score_shards(
     return shards_done(tasks, run_phase(runner, scoring, tasks, failed), shards, signals_key_of)
 
 
+def stored_score_keys(job: Job, shards: list[Shard], signals_key_of: dict[str, str]) -> dict[str, str]:
+    """A variant's view of its documents run's scores (an ablation variant never scores: a model scoring only the
+    kept documents would score others, in a folder the variants share): each shard's signals key with the key
+    each model's and buckets' task left; a score missing is refused, naming the run to complete."""
+    from corpus.errors import StaleOutput
+
+    folder = documents_folder(job)
+    keys = {shard.id: [signals_key_of[shard.id]] for shard in shards}
+    for name in sorted([*job.models, *job.buckets]):
+        markers = {scores_marker(name, shard.id): shard.id for shard in shards}
+        found = folder.read_jsons(list(markers))
+        if len(found) < len(markers):
+            raise StaleOutput(
+                f"{job.documents_from} lacks the scores of {name} for {len(markers) - len(found)} shard(s): run the "
+                "documents job to completion first; a variant only selects"
+            )
+        for marker, report in found.items():
+            keys[markers[marker]].append(report["key"])
+    return {shard_id: cache_key(parts) for shard_id, parts in keys.items()}
+
+
 def _resources(job: Job, task: Task) -> dict:
     options = job.models[task.param("model")]
     resources = {"num_cpus": options.cpus_per_task, "num_gpus": options.gpus_per_task}

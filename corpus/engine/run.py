@@ -321,7 +321,9 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
         clock.lap("corpus rules")
 
     bucket_counts: dict[str, list[int]] = {}
-    if options.models and shards:
+    if job.documents_from and (options.models or options.buckets) and shards:
+        corpus_key_of = model_phase.stored_score_keys(options, shards, corpus_key_of)
+    elif options.models and shards:
         heavy = documents > model_phase.INLINE_DOCUMENTS or model_phase.wants_gpus(options)
         scoring = runners.pick(needs_workers=heavy)
         names = ", ".join(sorted(options.models))
@@ -330,7 +332,7 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
             scoring, options, shards, reports, documents, failed, corpus_key_of
         )
         clock.lap("model scores")
-    if options.buckets and shards:
+    if options.buckets and shards and not job.documents_from:
         progress.note(f"buckets ({', '.join(sorted(options.buckets))}): percentiles over the run")
         digests = buckets_phase.write_references(options, [shard.id for shard in shards], documents)
         tasks = buckets_phase.bucket_tasks(options, shards, digests, corpus_key_of)
