@@ -212,3 +212,29 @@ def test_a_model_scoring_the_kept_documents_scores_only_what_the_rules_keep(tiny
     assert 0 < now_kept.sum() < by_rules.sum() and markers(out) != scored
     edu = pq.read_table(out / "scores" / "edu")
     assert (~np.asarray(edu.column("edu.score").is_null())).tolist() == now_kept.tolist()
+
+
+@pytest.mark.slow  # runs whole jobs
+def test_a_variant_selects_on_its_documents_runs_scores_and_never_scores(tiny_classifiers, tmp_path):
+    from corpus.errors import StaleOutput
+
+    _, regression, classes = tiny_classifiers
+    sections = {"extract": {"extractor": "resiliparse"}, "annotate": {"rules": ["language"]}}
+    unscored = load_job(
+        write_job(tmp_path, [str(shared(w)) for w in WARCS], tmp_path / "plain", name="plain", **sections)
+    )
+    run_job(unscored, use_ray=False)
+    scored = scoring_job(tmp_path, regression, classes, rules=("language",))
+    variant = scored.model_copy(update={"documents_from": str(tmp_path / "plain"), "output": str(tmp_path / "v1")})
+    with pytest.raises(StaleOutput, match="plain lacks the scores of edu for 2 shard"):
+        run_job(variant, use_ray=False)
+
+    run_job(scored, use_ray=False)
+    made = markers(tmp_path / "out")
+    top = scoring_job(tmp_path, regression, classes, {"edu": {"score": {"min_quantile": 0.5}}}, rules=("language",))
+    variant = top.model_copy(update={"documents_from": str(tmp_path / "out"), "output": str(tmp_path / "v2")})
+    stats = run_job(variant, use_ray=False)
+    assert markers(tmp_path / "out") == made and not (tmp_path / "v2" / "scores").exists()
+    edu = pq.read_table(tmp_path / "out" / "scores" / "edu").column("edu.score").to_numpy()
+    lower = np.sort(edu)[int(0.5 * (len(edu) - 1))]  # Arrow's quantile, interpolation "lower"
+    assert stats["stages"]["select"]["dropped"]["edu.score.min_quantile"] == int((edu < lower).sum())
