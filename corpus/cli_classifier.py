@@ -24,7 +24,9 @@ def add_classifier_commands(commands) -> None:
         "train",
         help="fastText: reference text (positive) against crawl; encoder: a head on a frozen encoder (FineWeb-Edu's)",
     )
-    train.add_argument("--kind", choices=["fasttext", "encoder"], default="fasttext", help="(%(default)s)")
+    train.add_argument("--kind", choices=["fasttext", "encoder", "static"], default="fasttext",
+                       help="encoder: a head on a frozen transformer; static: a linear head on model2vec's static "
+                       "embeddings, thousands of documents a second a core (%(default)s)")  # fmt: skip
     train.add_argument("--positive", nargs="+", help=SOURCES)
     train.add_argument("--negative", nargs="+", help=SOURCES)
     train.add_argument("--out", required=True, help="fasttext: the model file (its report beside it, .json); "
@@ -38,8 +40,9 @@ def add_classifier_commands(commands) -> None:
             train.add_argument(flag, type=type(option.default), default=None, help=kinds)
         else:
             train.add_argument(flag, type=type(option.default), default=option.default, help="fasttext (%(default)s)")
-    encoder = train.add_argument_group("--kind encoder")
-    encoder.add_argument("--encoder", help="the encoder's folder (save_pretrained: BERT, RoBERTa, XLM-R)")
+    encoder = train.add_argument_group("--kind encoder and --kind static")
+    encoder.add_argument("--encoder", help="the encoder's folder (save_pretrained: BERT, RoBERTa, XLM-R; static: a "
+                         "model2vec folder)")  # fmt: skip
     encoder.add_argument("--labelled", help="a Parquet or JSONL file of texts and their labels (instead of sets)")
     encoder.add_argument("--label-field", default="label", help="the labels' column or field (%(default)s)")
     encoder.add_argument("--head", choices=["regression", "classes"], help="default: regression for numeric "
@@ -56,6 +59,8 @@ def add_classifier_commands(commands) -> None:
     distil.add_argument("--sample", type=int, default=20_000, help="documents the teacher scores (%(default)s)")
     distil.add_argument("--threshold", type=float, default=3.0, help="the teacher's score of a yes (%(default)s)")
     distil.add_argument("--seed", type=int, default=0, help="(%(default)s)")
+    static = "a model2vec folder: the student is a ridge regression of the teacher's scores on its embeddings, saved "
+    distil.add_argument("--static-encoder", default="", help=static + "as a folder (default: a fastText file)")
     distil.set_defaults(handler=_distil)
     evaluate = classifier_commands.add_parser("eval", help="score a labelled set with a fastText model")
     evaluate.add_argument("model")
@@ -70,7 +75,7 @@ def _train(args: argparse.Namespace) -> int:
     from corpus.errors import ClassifierError
 
     try:
-        return _train_encoder_head(args) if args.kind == "encoder" else _train_fasttext(args)
+        return _train_fasttext(args) if args.kind == "fasttext" else _train_encoder_head(args)
     except ClassifierError as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
@@ -103,10 +108,11 @@ def _train_fasttext(args: argparse.Namespace) -> int:
 def _train_encoder_head(args: argparse.Namespace) -> int:
     from corpus.errors import ClassifierError
     from corpus.lab.classifier import read_texts
+    from corpus.models.static_head import train_static_head
     from corpus.models.training import REPORT, HeadOptions, read_labelled, train_head
 
     if not args.encoder:
-        raise ClassifierError("--kind encoder trains a head on an encoder: give its folder with --encoder")
+        raise ClassifierError(f"--kind {args.kind} trains a head on an encoder: give its folder with --encoder")
     if args.labelled:
         texts, labels = read_labelled(args.labelled, args.text_field, args.label_field)
         numeric = all(isinstance(label, int | float) and not isinstance(label, bool) for label in labels)
@@ -119,7 +125,8 @@ def _train_encoder_head(args: argparse.Namespace) -> int:
         raise ClassifierError("give a labelled file (--labelled FILE --label-field NAME), or --positive and --negative")
     given = {name: getattr(args, name) for name in SHARED_FLAGS if getattr(args, name) is not None}
     options = HeadOptions(head=head, max_tokens=args.max_tokens, threshold=args.threshold, **given)
-    report = train_head(args.encoder, texts, labels, args.out, options)
+    trainer = train_static_head if args.kind == "static" else train_head
+    report = trainer(args.encoder, texts, labels, args.out, options)
     held = {key: value for key, value in report["held_out"].items() if key != "confusion"}
     _print_metrics(f"held out ({options.validation:.0%} of the documents)", held)
     confusion = report["held_out"]["confusion"]
@@ -139,7 +146,8 @@ def _distil(args: argparse.Namespace) -> int:
     from corpus.lab.distillation import distil
 
     try:
-        report = distil(args.run, args.teacher, args.out, args.sample, args.threshold, args.seed)
+        report = distil(args.run, args.teacher, args.out, args.sample, args.threshold, args.seed,
+                        static_encoder=args.static_encoder)  # fmt: skip
     except (ClassifierError, JobError) as exc:
         print(f"corpus: {exc}", file=sys.stderr)
         return 2
@@ -149,9 +157,10 @@ def _distil(args: argparse.Namespace) -> int:
         f"teacher {teacher['model']}: {teacher['documents']} documents at {teacher['documents_per_s']:,} documents/s; "
         f"student: {student['documents_per_s']:,} documents/s on one core"
     )
+    values = "" if args.static_encoder else "  class_values = { hq = 1, cc = 0 }\n"
     print(
         f"wrote {args.out}; score the whole run with it by adding to the job\n"
-        f'  [models.{args.teacher}_student]\n  model = "{args.out}"\n  class_values = {{ hq = 1, cc = 0 }}\n'
+        f'  [models.{args.teacher}_student]\n  model = "{args.out}"\n{values}'
         "and running it again: only the student scores (every other phase is done)"
     )
     return 0

@@ -90,9 +90,12 @@ def is_hub_id(model: str) -> bool:
 def describe(options: ClassifierOptions, where: str) -> Head:
     """The model's head, from its folder (or fastText file) alone, no weights loaded: what thresholds can name."""
     from corpus.models.fasttext_classifier import fasttext_head, is_fasttext_file
+    from corpus.models.static_head import is_static_head, static_head
 
     if is_fasttext_file(options.model):
         return fasttext_head(options.model, options.class_values, options.int_range)
+    if is_static_head(options.model):
+        return static_head(options.model, options.class_values, options.int_range)
     config = read_config(model_folder(options))
     return head_of(config, options.class_values, options.int_range, where)
 
@@ -228,9 +231,11 @@ def device_for(options: ClassifierOptions) -> str:
 
 
 def load_classifier(options: ClassifierOptions):
-    """The classifier for these options (a `SequenceClassifier`, or a `FastTextClassifier` for a fastText file),
-    once per process: a worker scores every shard with one copy."""
+    """The classifier for these options (a `SequenceClassifier`; a `FastTextClassifier` for a fastText file, a
+    `StaticHeadClassifier` for a head on static embeddings), once per process: a worker scores every shard with one
+    copy."""
     from corpus.models.fasttext_classifier import FastTextClassifier, is_fasttext_file
+    from corpus.models.static_head import StaticHeadClassifier, is_static_head
 
     folder = model_folder(options)
     key = (options.model_dump_json(), content_sha256(folder))  # a model retrained in place is loaded again
@@ -238,6 +243,8 @@ def load_classifier(options: ClassifierOptions):
         _LOADED.clear()  # one model per process at a time: tasks come model by model, so it loads once per worker
         if is_fasttext_file(folder):
             _LOADED[key] = FastTextClassifier(folder, options.class_values, options.int_range)
+        elif is_static_head(folder):
+            _LOADED[key] = StaticHeadClassifier(folder, options.class_values, options.int_range, options.max_tokens)
         else:
             _LOADED[key] = SequenceClassifier(folder, options, device_for(options))
     return _LOADED[key]

@@ -123,25 +123,21 @@ def train_head(encoder: str, texts: list[str], labels: list, out: str, options: 
 
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
-    if len(texts) != len(labels) or len(texts) < 10:
-        raise ClassifierError(f"need at least 10 labelled texts, one label each; got {len(texts)} and {len(labels)}")
+    if len(texts) != len(labels):
+        raise ClassifierError(f"one label a text: got {len(texts)} texts and {len(labels)} labels")
     config = AutoConfig.from_pretrained(encoder)
     if config.model_type not in FAMILIES:
         raise ClassifierError(
             f"{encoder} is a {config.model_type} encoder; heads are trained here on {', '.join(FAMILIES)} encoders"
         )
-    if options.head == "regression":
-        targets = np.asarray(labels, np.float32)
+    targets, id2label = targets_of(labels, options)
+    if id2label is None:
         head = {"num_labels": 1, "problem_type": "regression"}
     else:
-        names = sorted({str(label) for label in labels})
-        if len(names) < 2:
-            raise ClassifierError(f"classes need at least two labels; the texts have {names}")
-        targets = np.array([names.index(str(label)) for label in labels], np.int64)
         head = {
-            "num_labels": len(names),
-            "id2label": dict(enumerate(names)),
-            "label2id": {name: i for i, name in enumerate(names)},
+            "num_labels": len(id2label),
+            "id2label": id2label,
+            "label2id": {name: i for i, name in id2label.items()},
             "problem_type": "single_label_classification",
         }
     torch.manual_seed(options.seed)
@@ -186,10 +182,25 @@ def train_head(encoder: str, texts: list[str], labels: list, out: str, options: 
         "documents": {"trained": len(trained), "held_out": len(held)},
         "settings": asdict(options),
         "seconds": {"encoding": round(encoded_s, 2), "total": round(time.perf_counter() - started, 2)},
-        "held_out": held_out_metrics(held_logits, targets[held], options, head.get("id2label")),
+        "held_out": held_out_metrics(held_logits, targets[held], options, id2label),
     }
     (Path(out) / REPORT).write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def targets_of(labels: list, options: HeadOptions) -> tuple[np.ndarray, dict[int, str] | None]:
+    """(the labels as training targets, the classes by id: None for a regression); refuses fewer than 10 texts."""
+    if len(labels) < 10:
+        raise ClassifierError(f"need at least 10 labelled texts, got {len(labels)}")
+    if options.head == "regression":
+        try:
+            return np.asarray(labels, np.float32), None
+        except (TypeError, ValueError):
+            raise ClassifierError(f"a regression needs numbers as labels, got e.g. {labels[0]!r}") from None
+    names = sorted({str(label) for label in labels})
+    if len(names) < 2:
+        raise ClassifierError(f"classes need at least two labels; the texts have {names}")
+    return np.array([names.index(str(label)) for label in labels], np.int64), dict(enumerate(names))
 
 
 def _first_states(model, tokenizer, texts: list[str], options: HeadOptions) -> np.ndarray:

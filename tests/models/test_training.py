@@ -99,7 +99,7 @@ def test_the_command_line_trains_a_head_from_reference_and_crawl_sets(encoder_an
 
 
 @pytest.mark.slow  # runs a whole job
-def test_a_teacher_distils_into_a_fasttext_student_that_agrees_with_it(encoder_and_texts, tmp_path, capsys):
+def test_a_teacher_distils_into_a_cheap_student_that_agrees_with_it(encoder_and_texts, static_model, tmp_path, capsys):
     from support import write_job
 
     from corpus.cli import main
@@ -128,3 +128,60 @@ def test_a_teacher_distils_into_a_fasttext_student_that_agrees_with_it(encoder_a
     assert report["teacher"]["documents"] == len(texts)
     assert report["held_out"]["roc_auc"] >= 0.85 and report["held_out"]["spearman"] >= 0.5, report["held_out"]
     assert sorted(fasttext_labels(str(student))) == ["__label__cc", "__label__hq"]
+
+    static = tmp_path / "static-student"  # a ridge regression of the teacher's scores on static embeddings
+    common = ["classifier", "distil", str(tmp_path / "run"), "--out", str(static), "--threshold", "0.5"]
+    assert main([*common, "--teacher", "teacher", "--static-encoder", str(static_model)]) == 0
+    assert "class_values" not in capsys.readouterr().out
+    report = json.loads((static / "distil.json").read_text())
+    assert report["student"]["kind"] == "static"
+    assert report["held_out"]["roc_auc"] >= 0.85 and report["held_out"]["spearman"] >= 0.5, report["held_out"]
+
+
+@pytest.fixture(scope="module")
+def static_model(encoder_and_texts, tmp_path_factory):
+    """A model2vec static model: the encoder's WordPiece tokenizer, a random 128-dimension vector per token."""
+    pytest.importorskip("model2vec", reason="the models extra is not installed: pip install -e '.[models]'")
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer
+
+    encoder, _, _ = encoder_and_texts
+    tokenizer = Tokenizer.from_file(str(encoder / "tokenizer.json"))
+    vectors = np.random.default_rng(0).normal(size=(tokenizer.get_vocab_size(), 128)).astype(np.float32)
+    folder = tmp_path_factory.mktemp("static") / "m2v"
+    StaticModel(vectors=vectors, tokenizer=tokenizer, normalize=True).save_pretrained(str(folder))
+    return folder
+
+
+def test_a_linear_head_on_static_embeddings_scores_as_a_model_of_a_job(encoder_and_texts, static_model, tmp_path):
+    from model2vec import StaticModel
+    from sklearn.metrics import roc_auc_score
+
+    from corpus.models.static_head import train_static_head
+
+    _, reference, crawl = encoder_and_texts
+    texts = reference + crawl
+    labels = ["reference"] * len(reference) + ["crawl"] * len(crawl)
+    options = HeadOptions(head="classes", max_tokens=256, validation=0.3)
+    report = train_static_head(str(static_model), texts, labels, str(tmp_path / "head"), options)
+    assert report["held_out"]["roc_auc"] >= 0.9, report["held_out"]
+    folder = str(tmp_path / "head")
+    scores = model_scores_of(folder, texts)
+    head = json.loads((tmp_path / "head" / "corpus_head.json").read_text())
+    embedded = StaticModel.from_pretrained(folder, force_download=False).encode(texts, max_length=256)
+    decision = embedded @ np.asarray(head["weights"]).T + np.asarray(head["bias"])
+    assert np.abs(scores["p_reference"] - 1 / (1 + np.exp(-decision[:, 0]))).max() < 1e-4  # logistic regression's
+    assert roc_auc_score([label == "reference" for label in labels], scores["p_reference"]) >= 0.9
+
+    annotated = train_static_head(str(static_model), texts, [4.0] * len(reference) + [1.0] * len(crawl),
+                                  str(tmp_path / "edu"), HeadOptions(max_tokens=256, validation=0.3))  # fmt: skip
+    assert annotated["held_out"]["roc_auc"] >= 0.9 and annotated["held_out"]["spearman"] > 0.5
+    assert list(model_scores_of(str(tmp_path / "edu"), texts[:3])) == ["score", "int_score"]
+
+
+def model_scores_of(folder: str, texts: list[str]) -> dict:
+    """A model's signals per text, as `corpus.api.model_scores` gives them, by column."""
+    from corpus.api import model_scores
+
+    table = model_scores(texts, folder, max_tokens=256)
+    return {name: table.column(name).to_numpy() for name in table.column_names}
