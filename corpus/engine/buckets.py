@@ -19,7 +19,7 @@ from corpus.config.keys import cache_key
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import bucket_reference_path, scores_marker, scores_path
 from corpus.engine.select import QUANTILE_SAMPLE, stored_signals
-from corpus.engine.tasks import Context, Task, kind
+from corpus.engine.tasks import Context, Task, kind, run_phase, shards_done
 from corpus.stages.annotate import signal_fields
 from corpus.stages.buckets import bucket_documents, bucket_rule, percentile_reference
 
@@ -54,6 +54,18 @@ def write_references(job: Job, shard_ids: list[str], documents: int) -> dict[str
             writer.write(reference)
         digests[name] = digest.hexdigest()
     return digests
+
+
+def bucket_shards(
+    runner, job: Job, shards: list[Shard], documents: int, failed: dict, signals_key_of: dict
+) -> tuple[list[Shard], dict[str, str], dict[str, list[int]]]:
+    """Run the phase: the shards every buckets bucketed, their signals keys with the buckets' folded in, and each
+    buckets' documents per bucket."""
+    digests = write_references(job, [shard.id for shard in shards], documents)
+    tasks = bucket_tasks(job, shards, digests, signals_key_of)
+    done = run_phase(runner, job, tasks, failed)
+    kept, keys = shards_done(tasks, done, shards, signals_key_of)
+    return kept, keys, documents_per_bucket(tasks, done)
 
 
 def bucket_tasks(job: Job, shards: list[Shard], digests: dict[str, str], signals_key_of: dict[str, str]) -> list[Task]:

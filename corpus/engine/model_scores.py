@@ -5,7 +5,9 @@ A task scores one shard with one model; tasks come model by model, so a worker l
 for every shard it scores (on Ray, a task holds `cpus_per_task` CPUs and `gpus_per_task` GPUs). A score is a stored
 signal like a rule's: selection reads it, and a changed threshold never runs the model again. Its key is the
 model (its files' contents, or its hub id and revision, and its settings) and the shard's texts (the input and the
-read/extract options), so re-annotating a shard for another rule leaves its scores as they are.
+read/extract options), so re-annotating a shard for another rule leaves its scores as they are; a model scoring
+only the documents the rules keep (`documents = "kept"`) also depends on the rules' thresholds and signals.
+An ablation variant never scores: it selects on its documents run's scores.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from corpus.engine.run_folder import documents_path, scores_marker, scores_path
 from corpus.engine.select import kept_by, resolve_quantiles
 from corpus.engine.shards import shard_key
 from corpus.engine.tasks import Context, Task, kind, run_phase, shards_done
-from corpus.errors import JobError
+from corpus.errors import JobError, StaleOutput
 from corpus.models.heads import model_rule
 from corpus.models.sequence_classifier import ClassifierOptions, is_hub_id, load_classifier
 from corpus.rulebook import content_sha256
@@ -66,9 +68,11 @@ def score_shards(
     runner, job: Job, shards: list[Shard], reports: dict, documents: int, failed: dict, signals_key_of: dict
 ) -> tuple[list[Shard], dict[str, str]]:
     """Run the phase: the shards every model scored, and their signals keys with the models' folded in."""
-    rules_only = job.model_copy(update={"thresholds": tuple(rule_thresholds(job))})
-    resolved = resolve_quantiles(rules_only, [shard.id for shard in shards], documents)  # what "kept" goes by
-    scoring = job.model_copy(update={"thresholds": tuple(resolved)})
+    scoring = job
+    if any(options.documents == "kept" for options in job.models.values()):  # what "kept" goes by, resolved
+        rules_only = job.model_copy(update={"thresholds": tuple(rule_thresholds(job))})
+        resolved = resolve_quantiles(rules_only, [shard.id for shard in shards], documents)
+        scoring = job.model_copy(update={"thresholds": tuple(resolved)})
     tasks = model_score_tasks(scoring, shards, reports, signals_key_of)
     return shards_done(tasks, run_phase(runner, scoring, tasks, failed), shards, signals_key_of)
 
@@ -77,8 +81,6 @@ def stored_score_keys(job: Job, shards: list[Shard], signals_key_of: dict[str, s
     """A variant's view of its documents run's scores (an ablation variant never scores: a model scoring only the
     kept documents would score others, in a folder the variants share): each shard's signals key with the key
     each model's and buckets' task left; a score missing is refused, naming the run to complete."""
-    from corpus.errors import StaleOutput
-
     folder = documents_folder(job)
     keys = {shard.id: [signals_key_of[shard.id]] for shard in shards}
     for name in sorted([*job.models, *job.buckets]):

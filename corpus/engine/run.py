@@ -30,7 +30,7 @@ from corpus.engine.run_folder import JOB_COPY, MANIFEST, STATS, RunFolder, shard
 from corpus.engine.select import resolve_quantiles, select_tasks
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.stats import summarize
-from corpus.engine.tasks import InlineRunner, RayRunner, run_phase, shards_done
+from corpus.engine.tasks import InlineRunner, RayRunner, run_phase
 from corpus.errors import RayUnavailable, StaleOutput
 
 INLINE_DOCUMENTS = 200_000  # below this many stored documents, selecting and deduplicating in-process is faster
@@ -334,11 +334,9 @@ def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bo
         clock.lap("model scores")
     if options.buckets and shards and not job.documents_from:
         progress.note(f"buckets ({', '.join(sorted(options.buckets))}): percentiles over the run")
-        digests = buckets_phase.write_references(options, [shard.id for shard in shards], documents)
-        tasks = buckets_phase.bucket_tasks(options, shards, digests, corpus_key_of)
-        bucketed = run_phase(runner, options, tasks, failed)
-        shards, corpus_key_of = shards_done(tasks, bucketed, shards, corpus_key_of)
-        bucket_counts = buckets_phase.documents_per_bucket(tasks, bucketed)
+        shards, corpus_key_of, bucket_counts = buckets_phase.bucket_shards(
+            runner, options, shards, documents, failed, corpus_key_of
+        )
         clock.lap("buckets")
 
     progress.note(f"select: {counted(len(shards), 'shard')}, {counted(documents, 'document')}")
