@@ -9,8 +9,8 @@ Prepares, under `runs/scored-pages/` (once; `--fresh` starts over):
 
 Then runs `jobs/ablation_by_score.toml`: its documents job (`jobs/scored_pages.toml`) extracts the shared WARCs,
 scores the documents the rules keep with both models and buckets the max of their percentiles; four variants (what
-the rules keep, and the top quality buckets from 10, 14 and 18 of 20) train a tiny model on three paired seeds
-each. Prints the funnel per variant, the buckets, and the verdicts.
+the rules keep, and the top 50, 30 and 10 % of it by that percentile) train a tiny model on three paired seeds
+each. Prints the documents and tokens per variant, the buckets, and the verdicts.
 
     python benchmarks/ablation_by_score.py [--fresh]
 """
