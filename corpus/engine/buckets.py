@@ -18,7 +18,7 @@ from corpus.config.job import Job
 from corpus.config.keys import cache_key
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import bucket_reference_path, scores_marker, scores_path
-from corpus.engine.select import QUANTILE_SAMPLE, stored_signals
+from corpus.engine.select import sampled_signals, stored_signals
 from corpus.engine.tasks import Context, Task, kind, run_phase, shards_done
 from corpus.stages.annotate import signal_fields
 from corpus.stages.buckets import bucket_documents, bucket_rule, percentile_reference
@@ -30,26 +30,20 @@ def write_references(job: Job, shard_ids: list[str], documents: int) -> dict[str
     """Each buckets' sorted score values over the complete shards, written beside its buckets; returns each
     reference's digest (what its tasks' keys hold)."""
     folder = documents_folder(job)
-    stride = max(1, -(-documents // QUANTILE_SAMPLE))
     digests = {}
     for name, options in sorted(job.buckets.items()):
-        parts, seen = [], 0
-        for shard in shard_ids:
-            values = stored_signals(job, shard, options.scores)
-            rows = values.num_rows
-            if stride > 1:  # every k-th document of the run, counted across shards
-                values = values.take(pa.array(range((-seen) % stride, rows, stride), pa.int64()))
-            seen += rows
-            parts.append(values)
-        table = pa.concat_tables(parts) if parts else pa.table({c: pa.array([], pa.float64()) for c in options.scores})
+        table = sampled_signals(job, shard_ids, options.scores, documents)
         sorted_columns = {
-            c: percentile_reference(table.column(c).to_numpy(zero_copy_only=False)) for c in options.scores
+            column: percentile_reference(table.column(column).to_numpy(zero_copy_only=False))
+            for column in options.scores
         }
         digest = hashlib.sha256()
         for column in options.scores:
             digest.update(column.encode() + b"\0" + sorted_columns[column].tobytes())
-        reference = pa.table({column: pa.array(values, pa.float64()) for column, values in sorted_columns.items()})
-        reference = reference.replace_schema_metadata({"sha256": digest.hexdigest()})
+        reference = pa.table({  # one row per value: scores leave different documents unscored (null)
+            "score": pa.array([c for c in options.scores for _ in range(len(sorted_columns[c]))], pa.string()),
+            "value": pa.array(np.concatenate([sorted_columns[c] for c in options.scores]), pa.float64()),
+        }).replace_schema_metadata({"sha256": digest.hexdigest()})  # fmt: skip
         with folder.parquet_writer(bucket_reference_path(name), reference.schema) as writer:
             writer.write(reference)
         digests[name] = digest.hexdigest()
@@ -87,7 +81,8 @@ def _reference(job: Job, name: str, digest: str) -> dict[str, np.ndarray]:
     if key not in _REFERENCES:
         _REFERENCES.clear()
         table = documents_folder(job).read_table(bucket_reference_path(name))
-        _REFERENCES[key] = {column: table.column(column).to_numpy() for column in table.column_names}
+        scores, values = table.column("score").to_numpy(zero_copy_only=False), table.column("value").to_numpy()
+        _REFERENCES[key] = {column: values[scores == column] for column in job.buckets[name].scores}
     return _REFERENCES[key]
 
 

@@ -185,10 +185,12 @@ def test_buckets_of_a_signal_the_job_does_not_compute_are_refused(tiny_classifie
 
 @pytest.mark.slow  # runs a whole job, twice
 def test_a_model_scoring_the_kept_documents_scores_only_what_the_rules_keep(tiny_classifiers, tmp_path):
-    _, regression, _ = tiny_classifiers
-    models = {"edu": {"model": str(regression), "max_tokens": 128, "documents": "kept"}}
+    _, regression, classes = tiny_classifiers
+    models = {"edu": {"model": str(regression), "max_tokens": 128, "documents": "kept"},
+              "quality": {"model": str(classes), "max_tokens": 64}}  # fmt: skip
+    buckets = {"tiers": {"scores": ["edu.score"], "count": 4}, "mixed": {"scores": ["edu.score", "quality.score"]}}
     sections = {"extract": {"extractor": "resiliparse"}, "annotate": {"rules": ["language", "gopher_quality"]},
-                "models": models, "buckets": {"tiers": {"scores": ["edu.score"], "count": 4}}}  # fmt: skip
+                "models": models, "buckets": buckets}  # fmt: skip
     inputs = [str(shared(w)) for w in WARCS]
     stats = run_job(load_job(write_job(tmp_path, inputs, tmp_path / "out", **sections)), use_ray=False)
     out = tmp_path / "out"
@@ -202,6 +204,8 @@ def test_a_model_scoring_the_kept_documents_scores_only_what_the_rules_keep(tiny
     assert np.abs(edu.column("edu.score").drop_null().to_numpy() - expected).max() < 1e-5
     tiers = pq.read_table(out / "scores" / "tiers").column("tiers.bucket")
     assert tiers.null_count == len(by_rules) - by_rules.sum()
+    mixed = pq.read_table(out / "scores" / "mixed").column("mixed.bucket")  # one score unscored: no bucket
+    assert (~np.asarray(mixed.is_null())).tolist() == by_rules.tolist()
     assert sum(stats["buckets"]["tiers"]["documents"]) == by_rules.sum()
     scored = markers(out)
 
