@@ -78,6 +78,18 @@ def find_or_add(table, bits, h1, h2, value):
 
 
 @njit(cache=True)
+def find(table, bits, h1, h2):
+    """The value stored under the key (h1, h2) by `find_or_add`, or 0 where none is."""
+    mask = (1 << bits) - 1
+    slot = _home_slot(h1, bits)
+    while table[slot, 2] != 0:
+        if table[slot, 0] == h1 and table[slot, 1] == h2:
+            return table[slot, 2]
+        slot = (slot + 1) & mask
+    return np.uint64(0)
+
+
+@njit(cache=True)
 def _folded_word_hashes(points, text_offsets, plain_flags, marked_flags, marked, lower):
     offsets = np.zeros(len(text_offsets), np.int64)
     hashes = np.empty(len(points) // 2 + len(text_offsets), np.uint64)  # a run ends at a separator or a text end

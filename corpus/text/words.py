@@ -258,8 +258,9 @@ def _next_chunk(cp, flags, i, text_end):
 
 
 @njit(cache=True)
-def _split_words(cp, text_offsets, plain_flags, marked_flags, marked, abbreviations):
-    """`marked[t]`: text t is split with `marked_flags` (combining marks as letters), else with `plain_flags`."""
+def _split_words(cp, text_offsets, plain_flags, marked_flags, marked, skipped, abbreviations):
+    """`marked[t]`: text t is split with `marked_flags` (combining marks as letters), else with `plain_flags`;
+    `skipped[t]`: text t is left without words (another tokenizer splits it)."""
     n_texts = len(text_offsets) - 1
     word_offsets = np.zeros(n_texts + 1, np.int64)
     capacity = max(16, len(cp) // 4)
@@ -273,6 +274,9 @@ def _split_words(cp, text_offsets, plain_flags, marked_flags, marked, abbreviati
     n_words = 0
     n_ids = 0
     for t in range(n_texts):
+        if skipped[t]:
+            word_offsets[t + 1] = n_words
+            continue
         flags = marked_flags if marked[t] else plain_flags
         text_end = text_offsets[t + 1]
         i = text_offsets[t]
@@ -377,42 +381,40 @@ class SplitWords:
     id, and the distinct words as strings by id (first-seen order)."""
 
     def __init__(
-        self, texts: list[str], points: tuple[np.ndarray, np.ndarray] | None = None, marked: np.ndarray | None = None
+        self,
+        texts: list[str],
+        points: tuple[np.ndarray, np.ndarray] | None = None,
+        marked: np.ndarray | None = None,
+        skipped: np.ndarray | None = None,
     ):
         """`points`: `code_points(texts)`, where the caller has them already; `marked`: per text, whether its
-        combining marks are letters (`character_classes_with_marks`: scripts that write vowels as marks)."""
+        combining marks are letters (`character_classes_with_marks`: scripts that write vowels as marks);
+        `skipped`: per text, whether to leave it without words (`with_words` gives them)."""
         self.points, self.text_offsets = points or code_points(texts)
         marked = marked_texts(marked, len(texts))
+        skipped = marked_texts(skipped, len(texts))
         flags = character_classes()
         marked_flags = character_classes_with_marks() if marked.any() else flags
         self.offsets, self.starts, self.ends, self.ids, first, lengths = _split_words(
-            self.points, self.text_offsets, flags, marked_flags, marked, _ABBREVIATION_CODES
+            self.points, self.text_offsets, flags, marked_flags, marked, skipped, _ABBREVIATION_CODES
         )
-        joined = "".join(texts)
-        self.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
+        self.joined = "".join(texts)
+        self.distinct = [self.joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
 
-    def with_spans(self, texts: list[str], spans: dict[int, list[tuple[int, int]]]) -> SplitWords:
-        """These words with those of the texts in `spans` (index -> (start, end) per word, in the text's
-        characters) replaced by the given spans: a segmenter's words. Ids are given anew over the batch."""
-        pieces_start, pieces_end = [], []
-        for index in range(len(texts)):
-            if index in spans:
-                base = self.text_offsets[index]
-                given = np.array(spans[index], np.int64).reshape(-1, 2)
-                pieces_start.append(given[:, 0] + base)
-                pieces_end.append(given[:, 1] + base)
-            else:
-                words = slice(self.offsets[index], self.offsets[index + 1])
-                pieces_start.append(self.starts[words])
-                pieces_end.append(self.ends[words])
+    def with_words(self, owners: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> SplitWords:
+        """These words and the given ones (text index, start and end in the batch's code points, in order within
+        a text): another tokenizer's words of the texts left without. Ids are given anew over the batch."""
+        n_texts = len(self.offsets) - 1
+        own = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(self.offsets))
+        all_owners = np.concatenate((own, owners))
+        order = np.argsort(all_owners, kind="stable")
         merged = copy.copy(self)
-        merged.offsets = np.zeros(len(texts) + 1, np.int64)
-        np.cumsum([len(piece) for piece in pieces_start], out=merged.offsets[1:])
-        merged.starts = np.concatenate(pieces_start) if pieces_start else self.starts
-        merged.ends = np.concatenate(pieces_end) if pieces_end else self.ends
-        merged.ids, first, lengths = _span_ids(self.points, merged.starts, merged.ends)  # the batch's code points
-        joined = "".join(texts)
-        merged.distinct = [joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
+        merged.offsets = np.zeros(n_texts + 1, np.int64)
+        np.cumsum(np.bincount(all_owners, minlength=n_texts), out=merged.offsets[1:])
+        merged.starts = np.concatenate((self.starts, starts))[order]
+        merged.ends = np.concatenate((self.ends, ends))[order]
+        merged.ids, first, lengths = _span_ids(self.points, merged.starts, merged.ends)
+        merged.distinct = [self.joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
         return merged
 
     def of_text(self, index: int) -> list[tuple[int, int]]:
