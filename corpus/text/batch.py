@@ -10,7 +10,7 @@ within a batch; the ids carry no other meaning.
 
 from __future__ import annotations
 
-import sys
+from collections import Counter
 from functools import cached_property
 
 import numpy as np
@@ -23,6 +23,7 @@ from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, folded_word_hashes
 from corpus.text.languages import language_key
 from corpus.text.scripts import dominant_scripts
 from corpus.text.segmenters import SEGMENTERS
+from corpus.text.tokenizers import SPLITTER, tokenized_words, tokenizer_name, usable
 from corpus.text.words import SplitWords, count_words
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
@@ -158,28 +159,36 @@ class DocumentBatch:
         ]
 
     @cached_property
-    def segmented(self) -> dict[int, list[tuple[int, int]]]:
-        """The word spans of documents in a script a segmenter splits (Chinese, Thai …), by document index."""
-        if all(script in UNMARKED_SCRIPTS for script in self.scripts):
-            return {}
-        spans, missing = {}, {}
-        for index, script in enumerate(self.word_scripts):
-            segmenter = SEGMENTERS.get(script)
-            if segmenter is not None and segmenter.available():
-                try:
-                    spans[index] = segmenter.spans(self.texts[index])
-                except Exception as error:  # a segmenter's own failure (botok offline): said once, then split
-                    segmenter.failed(error)
-            elif segmenter is not None:
-                missing[segmenter] = missing.get(segmenter, 0) + 1
-        for segmenter, count in missing.items():
-            _warn_once(segmenter, count)
-        return spans
+    def tokenizers(self) -> list[str]:
+        """Per document: the tokenizer its words are split by (`corpus.text.tokenizers`), its package installed."""
+        names = [tokenizer_name(key, script) for key, script in zip(self.language_keys, self.word_scripts, strict=True)]
+        usable_names = {name: usable(name, count) for name, count in Counter(names).items()}
+        return [usable_names[name] for name in names]
+
+    @cached_property
+    def tokenized(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """By tokenizer other than the splitter: (its documents, then (document, start, end) of each of their
+        words, starts and ends in `code_points`). A segmenter that fails (botok offline) gives its documents back
+        to the splitter, said once."""
+        groups: dict[str, list[int]] = {}
+        for index, name in enumerate(self.tokenizers):
+            if name != SPLITTER:
+                groups.setdefault(name, []).append(index)
+        found, joined = {}, "".join(self.texts) if groups else ""
+        for name, indices in groups.items():
+            selected = np.array(indices, np.int64)
+            try:
+                found[name] = (selected, *tokenized_words(name, self.texts, selected, joined, *self.code_points))
+            except Exception as error:
+                if name not in SEGMENTERS:
+                    raise
+                SEGMENTERS[name].failed(error)
+        return found
 
     @cached_property
     def marked(self) -> np.ndarray | None:
         """Per document, whether its script writes vowels as combining marks (Devanagari, Arabic …), which its
-        words keep; None when no document's does."""
+        words keep where the splitter splits it; None when no document's does."""
         if all(script in UNMARKED_SCRIPTS for script in self.scripts):
             return None
         marked = np.array([script not in UNMARKED_SCRIPTS for script in self.word_scripts], np.bool_)
@@ -188,26 +197,33 @@ class DocumentBatch:
     @cached_property
     def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
         """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.hashing.folded_word_hashes`;
-        a segmented document's words are its segmenter's words."""
+        a document of a script written without spaces has its segmenter's words."""
         offsets, hashes = folded_word_hashes(*self.code_points, self.marked)
-        if not self.segmented:
+        segmented = [words for name, words in self.tokenized.items() if name in SEGMENTERS]
+        if not segmented:
             return offsets, hashes
-        points, text_offsets = self.code_points
-        parts, counts = [], np.diff(offsets)
-        for index in range(len(self.texts)):
-            if index in self.segmented:
-                parts.append(_span_hashes(points, text_offsets[index], self.segmented[index]))
-                counts[index] = len(parts[-1])
-            else:
-                parts.append(hashes[offsets[index] : offsets[index + 1]])
-        merged = np.zeros(len(self.texts) + 1, np.int64)
-        np.cumsum(counts, out=merged[1:])
-        return merged, np.concatenate(parts) if parts else hashes
+        documents, owners, starts, ends = (np.concatenate(column) for column in zip(*segmented, strict=True))
+        span_hashes, has_word = _span_hashes(self.code_points[0], starts, ends, lower_case_table(), character_classes())
+        n_texts = len(self.texts)
+        own = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(offsets))
+        others = ~np.isin(own, documents)
+        all_owners = np.concatenate((own[others], owners[has_word]))
+        order = np.argsort(all_owners, kind="stable")
+        merged = np.zeros(n_texts + 1, np.int64)
+        np.cumsum(np.bincount(all_owners, minlength=n_texts), out=merged[1:])
+        return merged, np.concatenate((hashes[others], span_hashes[has_word]))[order]
 
     @cached_property
     def words(self) -> SplitWords:
-        words = SplitWords(self.texts, self.code_points, self.marked)
-        return words.with_spans(self.texts, self.segmented) if self.segmented else words
+        tokenized = self.tokenized
+        if not tokenized:
+            return SplitWords(self.texts, self.code_points, self.marked)
+        skipped = np.zeros(len(self.texts), np.bool_)
+        for documents, *_ in tokenized.values():
+            skipped[documents] = True
+        words = SplitWords(self.texts, self.code_points, self.marked, skipped)
+        _, owners, starts, ends = (np.concatenate(column) for column in zip(*tokenized.values(), strict=True))
+        return words.with_words(owners, starts, ends)
 
     @property
     def word_offsets(self) -> np.ndarray:
@@ -237,7 +253,7 @@ class DocumentBatch:
 
     @cached_property
     def word_counts(self) -> np.ndarray:
-        if "words" in self.__dict__ or self.segmented or self.marked is not None:  # split, or not by `WORD` alone
+        if "words" in self.__dict__ or self.marked is not None or any(name != SPLITTER for name in self.tokenizers):
             return np.diff(self.word_offsets)
         return count_words(*self.code_points)
 
@@ -247,42 +263,19 @@ class DocumentBatch:
 
 
 @njit(cache=True)
-def _span_hashes_kernel(points, base, starts, ends, lower, flags):
-    """FNV-1a of each span's lower-cased word characters (as `folded_word_hashes` hashes a word); spans without
-    one (punctuation) are left out, as that split leaves them."""
+def _span_hashes(points, starts, ends, lower, flags):
+    """FNV-1a of each span's lower-cased word characters (as `folded_word_hashes` hashes a word), and whether it
+    has one: spans without (punctuation) are left out, as that split leaves them."""
     out = np.empty(len(starts), np.uint64)
-    n = 0
+    has_word = np.zeros(len(starts), np.bool_)
     for k in range(len(starts)):
         h = FNV_OFFSET
-        word = False
-        for i in range(base + starts[k], base + ends[k]):
+        for i in range(starts[k], ends[k]):
             if flags[points[i]] & WORD_CHAR:
                 h = (h ^ np.uint64(lower[points[i]])) * FNV_PRIME
-                word = True
-        if word:
-            out[n] = h
-            n += 1
-    return out[:n]
-
-
-def _span_hashes(points, base: int, spans: list[tuple[int, int]]) -> np.ndarray:
-    given = np.array(spans, np.int64).reshape(-1, 2)
-    starts, ends = np.ascontiguousarray(given[:, 0]), np.ascontiguousarray(given[:, 1])
-    return _span_hashes_kernel(points, base, starts, ends, lower_case_table(), character_classes())
+                has_word[k] = True
+        out[k] = h
+    return out, has_word
 
 
 UNMARKED_SCRIPTS = frozenset({"Latn", "Cyrl", "Grek", "Armn", "Geor", "Zyyy"})  # split as `WORD` says, exactly
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(segmenter, count: int) -> None:
-    """Say once per process that a script's documents were split at spaces because its segmenter is missing."""
-    if segmenter.script not in _WARNED:
-        _WARNED.add(segmenter.script)
-        print(
-            f"corpus: {count} {segmenter.language} ({segmenter.script}) documents were split into words at spaces "
-            f"and punctuation: {segmenter.requirement} is not installed; {segmenter.install_hint} to split them as "
-            "FineWeb-2 did",
-            file=sys.stderr,
-        )

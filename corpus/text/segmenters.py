@@ -29,8 +29,13 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
+
+from corpus.text.characters import SPACE, character_classes
+
 EXTRA = "pip install 'corpus[languages]'"
 _FAILED: set[str] = set()  # scripts whose segmenter failed in this process
+ARRAYS_FROM = 200  # tokens from which `located` aligns by arrays: about where that gets cheaper than a loop
 SUDACHI_MAX_BYTES = 40_000  # SudachiPy refuses inputs over 49,149 bytes; datatrove cuts Japanese at 40,000
 
 
@@ -62,9 +67,9 @@ class Segmenter:
             file=sys.stderr,
         )
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
+    def spans(self, text: str) -> list[tuple[int, int]] | np.ndarray:
         """(start, end) of each word of `text`, in order."""
-        return _stripped(text, _SPLITTERS[self.script](text))
+        return _SPLITTERS[self.script](text)
 
 
 SEGMENTERS = {
@@ -99,21 +104,55 @@ def _stripped(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _located(text: str, tokens: list[str]) -> list[tuple[int, int]]:
-    """Spans of the tokens a segmenter returns as strings, one per non-blank token, aligned in order.
+def located(text: str, tokens: list[str]) -> np.ndarray:
+    """(start, end) of each non-blank token a tokenizer returns as strings, aligned with the text in order.
 
-    A token is matched at the cursor with white space ignored on both sides: pyidaungsu joins words across a
-    space (`တို့ကြား` for `တို့ ကြား`), and searching for the joined form further on skipped every word between.
-    A token that does not match there (a segmenter that rewrote it) still counts as one word, spanning as many
-    non-blank characters, so a document keeps the number of words its segmenter found."""
+    Where the tokens' non-blank characters are the text's, in order (the usual case), by position arithmetic in a
+    few array operations; a token joined across a space (pyidaungsu's `တို့ကြား` for `တို့ ကြား`) spans the space.
+    Else, and for fewer than `ARRAYS_FROM` tokens (where the arrays cost more than a loop), token by token."""
+    if len(tokens) < ARRAYS_FROM:
+        return np.array(located_one_by_one(text, tokens), np.int64).reshape(-1, 2)
+    blank = _blank()
+    joined = "".join(tokens)
+    token_points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+    text_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    token_kept, text_kept = blank[token_points] == 0, blank[text_points] == 0
+    if not np.array_equal(token_points[token_kept], text_points[text_kept]):
+        return np.array(located_one_by_one(text, tokens), np.int64).reshape(-1, 2)
+    before = np.zeros(len(token_points) + 1, np.int64)
+    np.cumsum(token_kept, out=before[1:])
+    lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    ends = np.cumsum(lengths)
+    first, last = before[ends - lengths], before[ends]
+    present = last > first
+    positions = np.flatnonzero(text_kept)
+    return np.stack((positions[first[present]], positions[last[present] - 1] + 1), axis=1)
+
+
+@cache
+def _blank() -> np.ndarray:
+    """Per code point, non-zero where it is white space."""
+    return character_classes() & SPACE
+
+
+def located_one_by_one(text: str, tokens: list[str]) -> list[tuple[int, int]]:
+    """`located` token by token: cheaper on a short text, and right for tokens a tokenizer rewrote. Each is
+    matched at the cursor as it is (Indic NLP keeps a line break inside a word), else with white space ignored on
+    both sides; one that does not match there still counts as one word, spanning as many non-blank characters, so
+    a document keeps the number of words its tokenizer found."""
     spans, cursor, end_of_text = [], 0, len(text)
     for token in tokens:
-        letters = "".join(token.split())
-        if not letters:
+        token = token.strip()
+        if not token:
             continue
         while cursor < end_of_text and text[cursor].isspace():
             cursor += 1
-        if text.startswith(letters, cursor):  # the usual case, at C speed
+        if text.startswith(token, cursor):
+            spans.append((cursor, cursor + len(token)))
+            cursor += len(token)
+            continue
+        letters = "".join(token.split())
+        if text.startswith(letters, cursor):
             spans.append((cursor, cursor + len(letters)))
             cursor += len(letters)
             continue
@@ -127,7 +166,7 @@ def _located(text: str, tokens: list[str]) -> list[tuple[int, int]]:
 
 
 def _jieba(text: str) -> list[tuple[int, int]]:
-    return [(start, end) for _, start, end in _jieba_tokenizer().tokenize(text)]
+    return _stripped(text, [(start, end) for _, start, end in _jieba_tokenizer().tokenize(text)])
 
 
 @cache
@@ -143,7 +182,7 @@ def _sudachi(text: str) -> list[tuple[int, int]]:
     spans = []
     for base, chunk in _chunks_of_bytes(text, SUDACHI_MAX_BYTES):
         spans += [(base + m.begin(), base + m.end()) for m in _sudachi_tokenizer().tokenize(chunk)]
-    return spans
+    return _stripped(text, spans)
 
 
 @cache
@@ -172,7 +211,7 @@ _LONG_NUMBER = re.compile("[0-9,]{20,}")  # Kiwi stalls on them; datatrove remov
 
 def _kiwi(text: str) -> list[tuple[int, int]]:
     blanked = _LONG_NUMBER.sub(lambda m: " " * len(m.group()), text)
-    return [(token.start, token.end) for token in _kiwi_tokenizer().tokenize(blanked)]
+    return _stripped(text, [(token.start, token.end) for token in _kiwi_tokenizer().tokenize(blanked)])
 
 
 @cache
@@ -185,11 +224,11 @@ def _kiwi_tokenizer():
 def _thai(text: str) -> list[tuple[int, int]]:
     from pythainlp.tokenize import word_tokenize
 
-    return _located(text, word_tokenize(text, keep_whitespace=False, engine="newmm-safe"))
+    return located(text, word_tokenize(text, keep_whitespace=False, engine="newmm-safe"))
 
 
 def _khmer(text: str) -> list[tuple[int, int]]:
-    return _located(text, _khmer_tokenize()(text, return_tokens=True))
+    return located(text, _khmer_tokenize()(text, return_tokens=True))
 
 
 @cache
@@ -205,17 +244,17 @@ def _khmer_tokenize():
 def _lao(text: str) -> list[tuple[int, int]]:
     from laonlp.tokenize import word_tokenize
 
-    return _located(text, word_tokenize(text))
+    return located(text, word_tokenize(text))
 
 
 def _burmese(text: str) -> list[tuple[int, int]]:
     import pyidaungsu
 
-    return _located(text, pyidaungsu.tokenize(text, form="word"))
+    return located(text, pyidaungsu.tokenize(text, form="word"))
 
 
 def _tibetan(text: str) -> list[tuple[int, int]]:
-    return _located(text, [token.text for token in _botok_tokenizer().tokenize(text, split_affixes=False)])
+    return located(text, [token.text for token in _botok_tokenizer().tokenize(text, split_affixes=False)])
 
 
 @cache

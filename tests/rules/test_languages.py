@@ -103,9 +103,13 @@ def test_burmese_words_joined_across_a_space_lose_nothing():
 
 
 def test_a_token_the_segmenter_rewrote_still_counts_once():
-    from corpus.text.segmenters import _located
+    from corpus.text.segmenters import located
 
-    assert _located("ab  cd ef", ["ab", "c d", "XY", " "]) == [(0, 2), (4, 6), (7, 9)]
+    assert located("ab  cd ef", ["ab", "c d", "XY", " "]).tolist() == [[0, 2], [4, 6], [7, 9]]
+    many = 100 * ["ab", "c d", "ef", " "]  # aligned by arrays
+    assert located(" ".join(100 * ["ab  cd ef"]), many).tolist() == [[10 * k + s, 10 * k + e] for k in range(100)
+                                                                    for s, e in ((0, 2), (4, 6), (7, 9))]  # fmt: skip
+    assert located("ab cd " * 100, ["abc", "d"] * 100).tolist()[:2] == [[0, 4], [4, 5]]  # joined across the space
 
 
 @pytest.mark.parametrize(
@@ -165,14 +169,14 @@ def test_thai_near_duplicates_are_found():
 
 
 def test_a_missing_segmenter_is_said_once_and_its_documents_split_at_spaces(monkeypatch, capsys):
-    from corpus.text import batch
+    from corpus.text import tokenizers
 
     monkeypatch.setattr(type(SEGMENTERS["Hani"]), "available", lambda self: self.script != "Hani")
-    monkeypatch.setattr(batch, "_WARNED", set())
+    monkeypatch.setattr(tokenizers, "_WARNED", set())
     assert words_of("我们的数据 来自网络", "zh") == ["我们的数据", "来自网络"]
     words_of("再来一次", "zh")
     said = capsys.readouterr().err
-    assert said.count("Chinese (Hani) documents were split into words at spaces") == 1
+    assert said.count("1 documents FineWeb-2 splits with jieba (Chinese) were split at spaces and punctuation") == 1
     assert "pip install 'corpus[languages]'" in said
 
 
