@@ -23,9 +23,10 @@ from pathlib import Path
 
 from real_documents import benchmark_arguments
 
-LANGUAGES = {"cmn_Hani": "cmn_hans", "jpn_Jpan": "jpn", "tha_Thai": "tha", "kor_Hang": "kor",
-             "rus_Cyrl": "rus", "arb_Arab": "arb", "hin_Deva": "hin", "deu_Latn": "deu"}  # fmt: skip
-SEGMENTED = ("cmn_Hani", "jpn_Jpan", "tha_Thai", "kor_Hang")
+LANGUAGES = {"cmn_Hani": "cmn_hans", "jpn_Jpan": "jpn", "tha_Thai": "tha", "kor_Hang": "kor", "vie_Latn": "vie",
+             "rus_Cyrl": "rus", "arb_Arab": "arb", "hin_Deva": "hin", "ben_Beng": "ben", "deu_Latn": "deu",
+             "fra_Latn": "fra", "ind_Latn": "ind"}  # fmt: skip
+SEGMENTED = ("cmn_Hani", "jpn_Jpan", "tha_Thai", "kor_Hang", "vie_Latn")
 CONFIGS = "lists-fineweb2/fineweb2-configs.tar.xz"
 
 DATATROVE = r"""

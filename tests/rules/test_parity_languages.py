@@ -59,44 +59,6 @@ def warc_pages(tmp_path_factory) -> dict[str, list[str]]:
     return pages
 
 
-def datatrove_filters(key: str, config: dict) -> dict:
-    """datatrove's three filters as FineWeb-2's pipeline set them for one language."""
-    try:
-        from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
-        from datatrove.utils.word_tokenizers import KiwiTokenizer
-    except ImportError:
-        unavailable("datatrove is not installed (pip install -e '.[parity]')")
-    # datatrove asks kiwipiepy for its `sbg` model, which kiwipiepy_model stopped shipping in 0.22: the same
-    # tokenizer class on the model the wheel ships (what ours uses too).
-    language = KiwiTokenizer(model_type="cong") if key == "kor_Hang" else key
-    return {
-        "gopher_repetition": GopherRepetitionFilter(
-            language=language,
-            dup_para_frac=0,
-            dup_line_char_frac=0,
-            dup_para_char_frac=0,
-            dup_line_frac=config["dup_line_frac"],
-            top_n_grams=config["top_n_grams"],
-            dup_n_grams=config["dup_n_grams"],
-        ),
-        "fineweb": FineWebQualityFilter(
-            language=language,
-            short_line_thr=999,
-            char_duplicates_ratio=0.1,
-            line_punct_thr=config["line_punct_thr"],
-            new_line_ratio=config["new_line_ratio"],
-        ),
-        "gopher_quality": GopherQualityFilter(
-            language=language,
-            max_avg_word_length=config["max_avg_word_length"],
-            min_avg_word_length=config["min_avg_word_length"],
-            stop_words=config["stopwords"],
-            max_non_alpha_words_ratio=config["max_non_alpha_words_ratio"],
-            min_stop_words=2,
-        ),
-    }
-
-
 @pytest.mark.parametrize("key", list(LANGUAGES))
 def test_per_language_decisions_agree_with_datatrove(key, warc_pages):
     import yaml
@@ -120,7 +82,11 @@ def test_per_language_decisions_agree_with_datatrove(key, warc_pages):
     )
     failures = ours.column("failures").to_pylist()
     results = {}
-    for family, step in datatrove_filters(key, config).items():
+    try:
+        steps = benchmark_module("udhr_languages").datatrove_filters(key, config)
+    except ImportError:
+        unavailable("datatrove is not installed (pip install -e '.[parity]')")
+    for family, step in steps.items():
         theirs = np.array([step.filter(Document(text=t, id=str(i))) is True for i, t in enumerate(texts)])
         mine = np.array([not any(f.startswith(f"{family}.") for f in failed) for failed in failures])
         disagree = np.flatnonzero(mine != theirs)
