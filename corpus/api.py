@@ -12,6 +12,8 @@ step needs one (corpus rules, quantile thresholds, dedup).
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from corpus.config.job import check_language_codes, resolve_rule_settings, resolve_thresholds
-from corpus.config.per_language import split_per_language, with_per_language
+from corpus.config.per_language import languages_without_settings, split_per_language, with_per_language
 from corpus.errors import JobError
 from corpus.file_documents import read_documents
 from corpus.rulebook import CorpusRule, Rule, discover
@@ -231,6 +233,10 @@ def apply_rules(
                 annotated = annotated.append_column(field, pa.array(values[signal], field.type))
     resolved = [t.resolved(annotated.column(t.column)) if t.quantile is not None else t for t in chosen]
     selection = select_documents(annotated, resolved)[0].table.select(["kept", "first_failure", "failures"])
+    if languages_path is not None and "language.key" in annotated.column_names:
+        keys = Counter(key for key in annotated.column("language.key").to_pylist() if key)
+        for warning in languages_without_settings({key: [n, 0] for key, n in keys.items()}, resolved):
+            print(f"corpus: {warning}", file=sys.stderr)
     signals = annotated.select(annotated.column_names[len(DOCUMENTS) :])
     decided = pa.Table.from_arrays(
         [*table.columns, *signals.columns, *selection.columns],

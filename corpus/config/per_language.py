@@ -97,3 +97,18 @@ def per_language_thresholds(thresholds: list, settings: dict, selected: list[str
         return selected.index(threshold.rule), signals.index(threshold.signal), threshold.bound != "min"
 
     return sorted(out, key=place)
+
+
+def languages_without_settings(languages: dict[str, list[int]], thresholds: list) -> list[str]:
+    """With per-language thresholds, the documents whose language has none: they fell back to the job's."""
+    configured = {key for t in thresholds for key, _ in t.by_language}
+    if not configured:
+        return []
+    fallback = sorted(((n, key) for key, (n, _) in languages.items() if key not in configured), reverse=True)
+    if not fallback:
+        return []
+    named = ", ".join(f"{key} {n}" for n, key in fallback[:8]) + (" …" if len(fallback) > 8 else "")
+    return [
+        f"{sum(n for n, _ in fallback)} documents are in languages without per-language settings and were selected "
+        f"with the job's thresholds ({named})"
+    ]

@@ -6,6 +6,7 @@ from collections import Counter
 
 from corpus import __version__
 from corpus.config.job import Job
+from corpus.config.per_language import languages_without_settings
 from corpus.engine.shards import STAGES
 from corpus.stages.accounting import StageCounts, check_chain
 
@@ -55,21 +56,6 @@ def _language_funnel(languages: dict[str, list[int]], thresholds: list) -> dict[
         key: {"documents": n, "kept_by_rules": kept, "thresholds": "per_language" if key in configured else "job"}
         for key, (n, kept) in sorted(languages.items(), key=lambda item: (-item[1][0], item[0]))
     }
-
-
-def _languages_without_settings(languages: dict[str, list[int]], thresholds: list) -> list[str]:
-    """With per-language thresholds, the documents whose language has none: they fell back to the job's."""
-    configured = {key for t in thresholds for key, _ in t.by_language}
-    if not configured:
-        return []
-    fallback = sorted(((n, key) for key, (n, _) in languages.items() if key not in configured), reverse=True)
-    if not fallback:
-        return []
-    named = ", ".join(f"{key} {n}" for n, key in fallback[:8]) + (" …" if len(fallback) > 8 else "")
-    return [
-        f"{sum(n for n, _ in fallback)} documents are in languages without per-language settings and were selected "
-        f"with the job's thresholds ({named})"
-    ]
 
 
 def _empty_inputs(reports: list[dict]) -> list[str]:
@@ -169,7 +155,7 @@ def summarize(
         "languages": _language_funnel(languages, thresholds),
         "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select"))
         + _empty_inputs(reports)
-        + _languages_without_settings(languages, thresholds),
+        + languages_without_settings(languages, thresholds),
         "tokens": (
             {
                 "documents": sum(r["documents"] for r in tokenized.values()),

@@ -43,7 +43,15 @@ def tokenizer_name(key: str | None, script: str) -> str:
         return script if script in SEGMENTERS else SPLITTER
     name = assigned_tokenizer(key)
     if name.startswith("stanza:"):
-        return script if script in SEGMENTERS else DEFAULT
+        instead = script if script in SEGMENTERS else DEFAULT
+        if key not in _WARNED:
+            _WARNED.add(key)
+            print(
+                f"corpus: {key} documents are split by {instead}: FineWeb-2 split them with Stanza's neural tokenizer, "
+                "which downloads its model; their words may differ from FineWeb-2's (docs/rules.md)",
+                file=sys.stderr,
+            )
+        return instead
     return _SEGMENTER_OF.get(name, name)
 
 

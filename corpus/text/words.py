@@ -1,15 +1,15 @@
-"""The word splitter every rule shares, as one Numba kernel over a whole batch of texts.
+"""The word splitter for texts without a language, as one Numba kernel over a whole batch of texts.
 
-`WORD` is the definition: spaCy's English tokenizer conventions (what datatrove's Gopher, C4 and FineWeb filters
-count with), close enough for the published thresholds. Punctuation is split off, `n't` and `'s` are their own
-words, numbers like 12:08 or 3.5 and URLs stay whole. `split_words` gives exactly `WORD.findall`'s words (a test
-compares them on real documents), many times faster (docs/performance.md): it walks the code points of the
-batch once, tries the expression's alternatives in the expression's order at each position, and gives every
-distinct word an id as it goes (a hash table keyed by two independent 64-bit hashes of the word: two words
-share an id only if both collide, odds of about 2^-100 per batch).
+`WORD` is the definition: spaCy's English tokenizer conventions, close enough for the published thresholds (a text
+with a language is split by that language's own tokenizer, `corpus.text.tokenizers`). Punctuation is split off,
+`n't` and `'s` are their own words, numbers like 12:08 or 3.5 and URLs stay whole. `split_words` gives exactly
+`WORD.findall`'s words (a test compares them on real documents), many times faster (docs/performance.md): it walks
+the code points of the batch once, tries the expression's alternatives in the expression's order at each position,
+and gives every distinct word an id as it goes (a hash table keyed by two independent 64-bit hashes of the word: two
+words share an id only if both collide, odds of about 2^-100 per batch).
 
-The expression is matched per whitespace-separated chunk: none of its alternatives spans whitespace, and what
-its look-arounds see outside a chunk is whitespace or the end of the text.
+The expression is matched per whitespace-separated chunk: none of its alternatives spans whitespace, and what its
+look-arounds see outside a chunk is whitespace or the end of the text.
 """
 
 from __future__ import annotations

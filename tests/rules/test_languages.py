@@ -333,3 +333,19 @@ def test_a_run_reports_its_funnel_per_language(tmp_path):
     for key, row in languages.items():
         assert (reported[key]["documents"], reported[key]["kept"]) == (row["documents"], row["kept_by_rules"])
         assert sum(reported[key]["dropped_by"].values()) == row["documents"] - row["kept_by_rules"]
+
+
+def test_apply_rules_says_which_languages_had_no_settings(capsys):
+    from corpus.api import apply_rules
+
+    texts = ["The cat sat on the mat and looked at the dog.", "Die Katze sitzt auf der Matte und sieht den Hund."]
+    decided = apply_rules(
+        pa.table({"text": texts, "lang": ["en", "de"], "lang_score": [1.0, 1.0]}),
+        rules=["language", "gopher_quality"],
+        settings={"language": {"languages": ["*"]}},
+        thresholds={"per_language": str(shared(CONFIGS))},
+    )
+    assert decided.column("language.key").to_pylist() == ["eng_Latn", "deu_Latn"]
+    said = capsys.readouterr().err
+    assert "corpus: 1 documents are in languages without per-language settings and were selected with the job's " \
+        "thresholds (eng_Latn 1)" in said  # fmt: skip
