@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +49,11 @@ class Threshold:
     def column(self) -> str:
         return f"{self.rule}.{self.signal}"
 
+    @cached_property
+    def value_of_language(self) -> dict[str, float | None]:
+        """`by_language` as a dict, made once (FineWeb-2 sets ~1,900 languages per threshold)."""
+        return dict(self.by_language)
+
     @property
     def reason(self) -> str:
         return f"{self.rule}.{self.signal}.{self.bound}" + ("_quantile" if self.quantile is not None else "")
@@ -75,7 +81,7 @@ class Threshold:
         return pc.fill_null(failed, False).to_numpy(zero_copy_only=False)
 
     def _failing_by_language(self, values, language_keys, value) -> np.ndarray:
-        own = dict(self.by_language)
+        own = self.value_of_language
         present = pc.unique(pc.fill_null(language_keys, ""))
         default = np.nan if value is None else value
         per_present = np.array([own.get(key, default) for key in present.to_pylist()], np.float64)

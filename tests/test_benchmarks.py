@@ -40,6 +40,11 @@ SMALLEST = [  # script, its smallest setting, a line its output must hold
         r"^ms/page: ours [\d.]+, datatrove [\d.]+, ratio [\d.]+ \(languages: cmn_Hani, deu_Latn\)",
     ),
     (
+        "words_every_language.py",
+        ["--languages", "fra,tha", "--copies", "1", "--rounds", "1"],
+        r"^goal: rules: ours >= [\d.]+x datatrove \(goal >= 10x\); segmenters: ours <= [\d.]+x",
+    ),
+    (
         "ablation_sensitivity.py",
         ["--kinds", "keyword_spam", "--shares", "20", "--fresh"],
         r"smallest planted share",

@@ -101,10 +101,12 @@ def per_language_thresholds(thresholds: list, settings: dict, selected: list[str
 
 def languages_without_settings(languages: dict[str, list[int]], thresholds: list) -> list[str]:
     """With per-language thresholds, the documents whose language has none: they fell back to the job's."""
-    configured = {key for t in thresholds for key, _ in t.by_language}
-    if not configured:
+    if not any(t.by_language for t in thresholds):
         return []
-    fallback = sorted(((n, key) for key, (n, _) in languages.items() if key not in configured), reverse=True)
+    configured = [t.value_of_language for t in thresholds if t.by_language]
+    fallback = sorted(
+        ((n, key) for key, (n, _) in languages.items() if not any(key in values for values in configured)), reverse=True
+    )
     if not fallback:
         return []
     named = ", ".join(f"{key} {n}" for n, key in fallback[:8]) + (" …" if len(fallback) > 8 else "")

@@ -78,6 +78,16 @@ def find_or_add(table, bits, h1, h2, value):
 
 
 @njit(cache=True)
+def grown_table(table, bits):
+    """The table of `find_or_add` rehashed into twice the slots (2 ** (bits + 1))."""
+    bigger = np.zeros((1 << (bits + 1), 3), np.uint64)
+    for row in range(len(table)):
+        if table[row, 2]:
+            find_or_add(bigger, bits + 1, table[row, 0], table[row, 1], table[row, 2])
+    return bigger
+
+
+@njit(cache=True)
 def find(table, bits, h1, h2):
     """The value stored under the key (h1, h2) by `find_or_add`, or 0 where none is."""
     mask = (1 << bits) - 1

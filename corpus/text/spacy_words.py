@@ -25,20 +25,10 @@ import pyarrow.compute as pc
 from numba import njit
 
 from corpus.text.characters import SPACE, character_classes
-from corpus.text.hashing import find, find_or_add, span_key
+from corpus.text.hashing import find, find_or_add, grown_table, span_key
 
 CHUNK_LIMIT = 1 << 18  # distinct chunks one language remembers (about 15 MB) before it starts over
 DOCUMENT_LEVEL = frozenset({"vi"})  # spaCy languages whose tokenizer is a model over the whole text
-
-
-@njit(cache=True)
-def _grown(table, bits):
-    """The table rehashed into twice the slots."""
-    bigger = np.zeros((1 << (bits + 1), 3), np.uint64)
-    for row in range(len(table)):
-        if table[row, 2]:
-            find_or_add(bigger, bits + 1, table[row, 0], table[row, 1], table[row, 2])
-    return bigger
 
 
 @njit(cache=True)
@@ -77,7 +67,7 @@ def _look_up_chunks(cp, text_offsets, selected, flags, table, bits):
                     new_start[n_new], new_end[n_new], new_h1[n_new], new_h2[n_new] = start, i, h1, h2
                     n_new += 1
                     if 2 * n_new > len(new):
-                        new = _grown(new, new_bits)
+                        new = grown_table(new, new_bits)
                         new_bits += 1
                 entry = -1 - index
             texts[n], starts[n], ends[n], entries[n] = t, start, i, entry
@@ -92,7 +82,7 @@ def _remember(table, bits, h1, h2, first_entry):
     for k in range(len(h1)):
         find_or_add(table, bits, h1[k], h2[k], np.uint64(first_entry + k + 1))
         if 2 * (first_entry + k + 1) > len(table):
-            table = _grown(table, bits)
+            table = grown_table(table, bits)
             bits += 1
     return table, bits
 

@@ -30,7 +30,7 @@ from corpus.text.characters import (
     code_points,
     marked_texts,
 )
-from corpus.text.hashing import find_or_add, span_key, table_bits
+from corpus.text.hashing import find_or_add, grown_table, span_key
 
 WORD = re.compile(
     r"""
@@ -312,12 +312,8 @@ def _split_words(cp, text_offsets, plain_flags, marked_flags, marked, skipped, a
                     id_length[n_ids] = q - p
                     n_ids += 1
                     if 2 * n_ids > len(table):  # keep the table at most half full
+                        table = grown_table(table, bits)
                         bits += 1
-                        old = table
-                        table = np.zeros((1 << bits, 3), np.uint64)
-                        for row in range(len(old)):
-                            if old[row, 2]:
-                                find_or_add(table, bits, old[row, 0], old[row, 1], old[row, 2])
                 starts[n_words] = p
                 ends[n_words] = q
                 ids[n_words] = word
@@ -329,11 +325,12 @@ def _split_words(cp, text_offsets, plain_flags, marked_flags, marked, skipped, a
 
 @njit(cache=True)
 def _span_ids(cp, starts, ends):
-    """(id per span, first start and length per id): equal spans of code points get equal ids, first seen first."""
+    """(id per span, first start and length per id): equal spans of code points get equal ids, first seen first.
+    The table starts small and grows with the distinct words, so it stays in cache."""
     ids = np.empty(len(starts), np.int32)
     id_start = np.empty(len(starts), np.int64)
     id_length = np.empty(len(starts), np.int64)
-    bits = table_bits(len(starts))
+    bits = 12
     table = np.zeros((1 << bits, 3), np.uint64)
     n_ids = 0
     for k in range(len(starts)):
@@ -343,6 +340,9 @@ def _span_ids(cp, starts, ends):
             id_start[n_ids] = starts[k]
             id_length[n_ids] = ends[k] - starts[k]
             n_ids += 1
+            if 2 * n_ids > len(table):
+                table = grown_table(table, bits)
+                bits += 1
         ids[k] = word
     return ids, id_start[:n_ids], id_length[:n_ids]
 

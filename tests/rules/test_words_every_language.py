@@ -80,3 +80,18 @@ def test_decisions_equal_datatroves_in_every_language(languages):
             below[key] = f"{name}: {agreement:.4f} of {len(texts)}"
     print("\n".join(f"below {DECISIONS_GOAL}: {key} {said}" for key, said in below.items()))
     assert set(below) <= set(BELOW_GOAL)
+
+
+def test_words_of_english_pages_equal_spacys():
+    """The shared pages in English (`benchmarks/real_documents.py`: extracted pages, article bodies, plain-text
+    corpora) split as datatrove's English filters split them, spaCy's `en` exceptions included."""
+    from support import real_documents
+
+    udhr = benchmark_module("udhr_languages")
+    documents = real_documents()
+    texts = [text for text, lang in zip(*documents.select(["text", "lang"]).to_pydict().values(), strict=True)
+             if lang == "en"][:1000]  # fmt: skip
+    tokenizer = udhr.datatrove_tokenizer("eng_Latn")
+    equal, total = udhr.equal_words(udhr.our_words("en", texts), [tokenizer.word_tokenize(t) for t in texts])
+    print(f"English: {equal} of {total} words alike in {len(texts)} documents")
+    assert len(texts) == 1000 and equal == total
