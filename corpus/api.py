@@ -33,8 +33,9 @@ from corpus.stages.dedup_graph import components_in_memory, partition_forest, sh
 from corpus.stages.extract import EXTRACTORS, LanguageIdentifier, decode_html, main_text
 from corpus.stages.read import domain_of
 from corpus.stages.schema import DOCUMENTS
-from corpus.stages.select import select_documents
+from corpus.stages.select import select_documents, split_otherwise_counts
 from corpus.text.batch import DocumentBatch
+from corpus.text.tokenizers import split_otherwise_warnings
 
 __all__ = [
     "apply_rules",
@@ -237,6 +238,8 @@ def apply_rules(
         keys = Counter(key for key in annotated.column("language.key").to_pylist() if key)
         for warning in languages_without_settings({key: [n, 0] for key, n in keys.items()}, resolved):
             print(f"corpus: {warning}", file=sys.stderr)
+    for warning in split_otherwise_warnings(split_otherwise_counts(annotated, selection.column("failures"))):
+        print(f"corpus: {warning}", file=sys.stderr)
     signals = annotated.select(annotated.column_names[len(DOCUMENTS) :])
     decided = pa.Table.from_arrays(
         [*table.columns, *signals.columns, *selection.columns],

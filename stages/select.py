@@ -8,6 +8,7 @@ Documents on the job's exclusion list (decontamination, takedowns) fail last, as
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from corpus.stages.accounting import StageCounts, StageResult
+from corpus.text.tokenizers import split_otherwise
 
 STAGE = "select"
 EXCLUDED = "excluded"
@@ -152,3 +154,20 @@ def language_funnel(signals: pa.Table, kept: pa.Array | pa.ChunkedArray) -> dict
     summed = table.group_by("key").aggregate([("kept", "count"), ("kept", "sum")])
     columns = (summed.column(c).to_pylist() for c in ("key", "kept_count", "kept_sum"))
     return {key: [count, total] for key, count, total in zip(*columns, strict=True)}
+
+
+def split_otherwise_counts(signals: pa.Table, failures: pa.ChunkedArray | pa.Array) -> dict[str, int]:
+    """Per language key: documents the language rule keeps (their decisions depend on their words) that are not
+    split as FineWeb-2 split them here (`corpus.text.tokenizers.split_otherwise`: Stanza's languages, a missing
+    package)."""
+    if LANGUAGE_KEY not in signals.column_names:
+        return {}
+    keys = signals.column(LANGUAGE_KEY)
+    affected = {key for key in pc.unique(keys).to_pylist() if key and split_otherwise(key) is not None}
+    if not affected:
+        return {}
+    counts: Counter = Counter()
+    for key, failed in zip(keys.to_pylist(), failures.to_pylist(), strict=True):
+        if key in affected and not any(reason.startswith("language.") for reason in failed or ()):
+            counts[key] += 1
+    return dict(counts)

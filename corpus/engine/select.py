@@ -24,7 +24,7 @@ from corpus.engine.run_folder import (
 )
 from corpus.engine.tasks import Context, Task, kind
 from corpus.rulebook import content_sha256, load_once
-from corpus.stages.select import LANGUAGE_KEY, SELECTION, language_funnel, select_documents
+from corpus.stages.select import LANGUAGE_KEY, SELECTION, language_funnel, select_documents, split_otherwise_counts
 
 
 def scored_columns(job: Job) -> dict[str, str]:
@@ -132,7 +132,14 @@ def select_shard(job: Job, task: Task, context: Context) -> dict:
     with RunFolder(job.output).parquet_writer(path, SELECTION) as writer:
         writer.write(selected.table)
     languages = language_funnel(signals, selected.table.column("kept"))
-    return {"id": task.shard.id, "select": selected.counts.to_dict(), "failing": failing, "languages": languages}
+    split_otherwise = split_otherwise_counts(signals, selected.table.column("failures"))
+    return {
+        "id": task.shard.id,
+        "select": selected.counts.to_dict(),
+        "failing": failing,
+        "languages": languages,
+        "split_otherwise": split_otherwise,
+    }
 
 
 def kept_by(job: Job, shard_id: str, thresholds: list) -> np.ndarray:

@@ -9,6 +9,7 @@ from corpus.config.job import Job
 from corpus.config.per_language import languages_without_settings
 from corpus.engine.shards import STAGES
 from corpus.stages.accounting import StageCounts, check_chain
+from corpus.text.tokenizers import split_otherwise_warnings
 
 MAX_ERROR_EXAMPLES = 200
 ALL_STAGES = (*STAGES, "select", "dedup")
@@ -86,6 +87,7 @@ def summarize(
     errors: list[dict] = []
     failing: Counter = Counter()
     languages: dict[str, list[int]] = {}
+    split_otherwise: Counter = Counter()
     per_shard = {}
     for report in reports:
         chain = stage_counts(report)
@@ -93,6 +95,7 @@ def summarize(
         if selection is not None:
             chain.append(StageCounts.from_dict("select", selection["select"]))
             failing.update(selection["failing"])
+            split_otherwise.update(selection.get("split_otherwise", {}))
             for key, (documents, kept_by_rules) in selection.get("languages", {}).items():
                 funnel = languages.setdefault(key, [0, 0])
                 funnel[0] += documents
@@ -155,7 +158,8 @@ def summarize(
         "languages": _language_funnel(languages, thresholds),
         "warnings": _thresholds_failing_everything(thresholds, failing, stages.get("select"))
         + _empty_inputs(reports)
-        + languages_without_settings(languages, thresholds),
+        + languages_without_settings(languages, thresholds)
+        + split_otherwise_warnings(split_otherwise),
         "tokens": (
             {
                 "documents": sum(r["documents"] for r in tokenized.values()),

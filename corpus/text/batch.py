@@ -161,8 +161,10 @@ class DocumentBatch:
     @cached_property
     def tokenizers(self) -> list[str]:
         """Per document: the tokenizer its words are split by (`corpus.text.tokenizers`), its package installed."""
-        names = [tokenizer_name(key, script) for key, script in zip(self.language_keys, self.word_scripts, strict=True)]
-        usable_names = {name: usable(name, count) for name, count in Counter(names).items()}
+        keys = self.language_keys
+        names = [tokenizer_name(key, script) for key, script in zip(keys, self.word_scripts, strict=True)]
+        unlabelled = Counter(name for name, key in zip(names, keys, strict=True) if key is None)
+        usable_names = {name: usable(name, unlabelled[name]) for name in set(names)}
         return [usable_names[name] for name in names]
 
     @cached_property

@@ -43,41 +43,70 @@ def tokenizer_name(key: str | None, script: str) -> str:
         return script if script in SEGMENTERS else SPLITTER
     name = assigned_tokenizer(key)
     if name.startswith("stanza:"):
-        instead = script if script in SEGMENTERS else DEFAULT
-        if key not in _WARNED:
-            _WARNED.add(key)
-            print(
-                f"corpus: {key} documents are split by {instead}: FineWeb-2 split them with Stanza's neural tokenizer, "
-                "which downloads its model; their words may differ from FineWeb-2's (docs/rules.md)",
-                file=sys.stderr,
-            )
-        return instead
+        return script if script in SEGMENTERS else DEFAULT
     return _SEGMENTER_OF.get(name, name)
 
 
-def usable(name: str, count: int) -> str:
-    """`name`, or what splits its `count` documents instead where its package is missing (said once)."""
+def _missing(name: str) -> tuple[str, str, str] | None:
+    """(what is missing, how to install it, what splits instead) where tokenizer `name` cannot run, else None."""
     if name in SEGMENTERS:
         segmenter = SEGMENTERS[name]
         if segmenter.available():
-            return name
-        _warn_once(name, count, f"{segmenter.requirement} ({segmenter.language})", segmenter.install_hint)
-        return SPLITTER
+            return None
+        return f"{segmenter.requirement} ({segmenter.language})", segmenter.install_hint, SPLITTER
     requirement = _REQUIREMENTS.get(name) or _REQUIREMENTS.get(name.split(":")[0])
     if requirement is None or importlib.util.find_spec(requirement[0]) is not None:
+        return None
+    return f"{requirement[1]} ({name})", EXTRA, "spacy:xx" if name == "spacy:vi" else SPLITTER
+
+
+def usable(name: str, unlabelled: int) -> str:
+    """`name`, or what splits its documents instead where its package is missing. Said once here for documents
+    without a language (`unlabelled` of them): every decision on them depends on their words. Documents with a
+    language are said at selection, where it is known whether the language rule dropped them anyway
+    (`split_otherwise_warnings`)."""
+    missing = _missing(name)
+    if missing is None:
         return name
-    _warn_once(name, count, f"{requirement[1]} ({name})", EXTRA)
-    return "spacy:xx" if name == "spacy:vi" else SPLITTER
-
-
-def _warn_once(name: str, count: int, tokenizer: str, hint: str) -> None:
-    if name not in _WARNED:
+    requirement, hint, instead = missing
+    if unlabelled and name not in _WARNED:
         _WARNED.add(name)
         print(
-            f"corpus: {count} documents FineWeb-2 splits with {tokenizer} were split at spaces and punctuation "
-            f"instead: it is not installed; {hint} to split them as FineWeb-2 did",
+            f"corpus: {unlabelled} documents FineWeb-2 splits with {requirement} were split at spaces and "
+            f"punctuation instead: it is not installed; {hint} to split them as FineWeb-2 did",
             file=sys.stderr,
         )
+    return instead
+
+
+def split_otherwise(key: str) -> str | None:
+    """Why documents of language `key` are not split here as FineWeb-2 split them, or None where they are."""
+    name = tokenizer_name(key, key.rsplit("_", 1)[-1])
+    assigned = assigned_tokenizer(key)
+    if assigned.startswith("stanza:"):
+        return (
+            f"split by {name}: FineWeb-2 split them with Stanza's neural tokenizer ({assigned}), which downloads its "
+            "model (docs/rules.md)"
+        )
+    missing = _missing(name)
+    if missing is None:
+        return None
+    requirement, hint, instead = missing
+    return f"split by {instead}: {requirement} is not installed; {hint} to split them as FineWeb-2 did"
+
+
+def split_otherwise_warnings(counts: dict[str, int]) -> list[str]:
+    """Warnings for documents, counted by language key, whose decisions depend on their words (the language rule
+    does not drop them) and that are not split as FineWeb-2 split them."""
+    by_reason: dict[str, dict[str, int]] = {}
+    for key, n in counts.items():
+        reason = split_otherwise(key) if n and "_" in key else None
+        if reason is not None:
+            by_reason.setdefault(reason, {})[key] = n
+    return [
+        f"{sum(keys.values())} documents ({', '.join(f'{k} {n}' for k, n in sorted(keys.items()))}) were {reason}"
+        for reason, keys in by_reason.items()
+    ]
 
 
 def tokenized_words(

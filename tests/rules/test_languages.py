@@ -172,16 +172,37 @@ def test_thai_near_duplicates_are_found():
     assert similarity[0] > 0.4 and similarity[1] < 0.1
 
 
-def test_a_missing_segmenter_is_said_once_and_its_documents_split_at_spaces(monkeypatch, capsys):
+def test_a_missing_segmenter_is_said_once_for_texts_without_a_language(monkeypatch, capsys):
     from corpus.text import tokenizers
 
     monkeypatch.setattr(type(SEGMENTERS["Hani"]), "available", lambda self: self.script != "Hani")
     monkeypatch.setattr(tokenizers, "_WARNED", set())
-    assert words_of("我们的数据 来自网络", "zh") == ["我们的数据", "来自网络"]
-    words_of("再来一次", "zh")
+    assert words_of("我们的数据 来自网络") == ["我们的数据", "来自网络"]
+    words_of("再来一次")
+    assert words_of("再来一次", "zh") == ["再来一次"]  # with a language: said at selection (below)
     said = capsys.readouterr().err
     assert said.count("1 documents FineWeb-2 splits with jieba (Chinese) were split at spaces and punctuation") == 1
     assert "pip install 'corpus[languages]'" in said
+
+
+@pytest.mark.parametrize(("languages", "said"), [(["en"], False), (["*"], True)])
+def test_a_language_split_otherwise_is_said_where_the_language_rule_keeps_it(monkeypatch, capsys, languages, said):
+    """The README's first job keeps English: its Chinese pages are dropped whatever their words, so a missing
+    segmenter goes unsaid; a job keeping every language says it, and so do Stanza's languages."""
+    from corpus.api import apply_rules
+
+    monkeypatch.setattr(type(SEGMENTERS["Hani"]), "available", lambda self: self.script != "Hani")
+    texts = ["我们的数据来自网络。", "Усе людзі нараджаюцца свабоднымі.", "The cat sat on the mat."]
+    apply_rules(
+        pa.table({"text": texts, "lang": ["zh", "be", "en"], "lang_score": [1.0] * 3}),
+        rules=["language", "gopher_quality"],
+        settings={"language": {"languages": languages}},
+    )
+    err = capsys.readouterr().err
+    assert ("corpus: 1 documents (cmn_Hani 1) were split by splitter: jieba (Chinese) is not installed; pip install "
+            "'corpus[languages]' to split them as FineWeb-2 did" in err) is said  # fmt: skip
+    assert ("corpus: 1 documents (bel_Cyrl 1) were split by spacy:xx: FineWeb-2 split them with Stanza's neural "
+            "tokenizer (stanza:be)" in err) is said  # fmt: skip
 
 
 def test_per_language_stop_words_are_the_languages_own():
@@ -307,8 +328,9 @@ def test_a_glotlid_format_model_labels_documents_with_their_keys(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_reports_its_funnel_per_language(tmp_path):
-    """A JSONL dataset of Mandarin, Thai and English texts under `per_language`: stats and the report count each
-    language, and say that English (no FineWeb-2 config) fell back to the job's thresholds."""
+    """A JSONL dataset of Mandarin, Thai, Belarusian and English texts under `per_language`: stats and the report
+    count each language, and say that English (no FineWeb-2 config) fell back to the job's thresholds and that
+    Belarusian is not split as FineWeb-2 split it (with Stanza)."""
     import json
     import zipfile
 
@@ -320,7 +342,7 @@ def test_a_run_reports_its_funnel_per_language(tmp_path):
     needs("Thai")
     udhr = zipfile.ZipFile(shared("text-nltk/udhr2.zip"))
     rows = []
-    for name in ("cmn_hans", "tha", "eng"):
+    for name in ("cmn_hans", "tha", "eng", "bel"):
         lines = [line for line in udhr.read(f"udhr2/{name}.txt").decode("utf-8").splitlines() if line.strip()]
         rows += [{"text": "\n".join(lines[start : start + 8])} for start in range(0, 48, 8)]
     (tmp_path / "texts.jsonl").write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
@@ -328,11 +350,15 @@ def test_a_run_reports_its_funnel_per_language(tmp_path):
     job = load_job(write_job(tmp_path, [str(tmp_path / "texts.jsonl")], tmp_path / "out", text))
     stats = run_job(job, use_ray=False)
     languages = stats["languages"]
-    assert {key: row["documents"] for key, row in languages.items()} == {"cmn_Hani": 6, "eng_Latn": 6, "tha_Thai": 6}
+    assert {key: row["documents"] for key, row in languages.items()} == {
+        "cmn_Hani": 6, "eng_Latn": 6, "tha_Thai": 6, "bel_Cyrl": 6,
+    }  # fmt: skip
     assert [languages[key]["thresholds"] for key in ("cmn_Hani", "tha_Thai", "eng_Latn")] == [
         "per_language", "per_language", "job",
     ]  # fmt: skip
     assert any(w.startswith("6 documents are in languages without per-language settings") for w in stats["warnings"])
+    assert any(w.startswith("6 documents (bel_Cyrl 6) were split by spacy:xx: FineWeb-2 split them with Stanza's")
+               for w in stats["warnings"])  # fmt: skip
     reported = {row["language"]: row for row in report_data(load_run(tmp_path / "out"))["languages"]}
     for key, row in languages.items():
         assert (reported[key]["documents"], reported[key]["kept"]) == (row["documents"], row["kept_by_rules"])

@@ -99,17 +99,6 @@ def test_tokenizer_of_a_language_key(key, script, name):
     assert tokenizer_name(key, script) == name
 
 
-def test_a_language_stanza_split_is_said_once(monkeypatch, capsys):
-    from corpus.text import tokenizers
-
-    monkeypatch.setattr(tokenizers, "_WARNED", set())
-    assert words_of(["Усе людзі нараджаюцца свабоднымі.", "Яшчэ адзін."], "be") == [
-        ["Усе", "людзі", "нараджаюцца", "свабоднымі", "."], ["Яшчэ", "адзін", "."]
-    ]  # fmt: skip
-    said = capsys.readouterr().err
-    assert said.count("bel_Cyrl documents are split by spacy:xx: FineWeb-2 split them with Stanza's") == 1
-
-
 def test_the_assignment_is_datatroves():
     try:
         from datatrove.utils.word_tokenizers import load_tokenizer_assignments
