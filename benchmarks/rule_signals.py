@@ -88,6 +88,7 @@ def main() -> None:
     from corpus.rules.url import hashed_list
     from corpus.stages.annotate import annotate_documents
     from corpus.text.batch import DocumentBatch
+    from corpus.text.tokenizers import forget_chunks
 
     documents = real_documents(args.shared)
     words = sum(len(t.split()) for t in documents.column("text").to_pylist()) / documents.num_rows
@@ -127,6 +128,13 @@ def main() -> None:
     document_rules = [rule for rule in rules if not isinstance(rule, CorpusRule)]
     corpus_rules = [rule for rule in rules if isinstance(rule, CorpusRule)]
     annotate_documents(table.slice(0, 50), document_rules)  # compile the Numba kernels
+    # Each language's word tokenizer is loaded once per process (spaCy's French rules take ~3 s to build): loaded
+    # here before the clock, as datatrove's side loads its one; the chunk caches then start empty.
+    first_of = dict(zip(documents.column("lang").to_pylist(), documents.column("text").to_pylist(), strict=True))
+    started = time.perf_counter()
+    _ = DocumentBatch([text[:300] for text in first_of.values()], langs=list(first_of)).words
+    print(f"word tokenizers of {len(first_of)} languages loaded in {time.perf_counter() - started:.1f} s")
+    forget_chunks()
     for rule in corpus_rules:
         small = DocumentBatch.from_table(table.slice(0, 50))
         rule.corpus_signals(small, rule.summarize([rule.accumulate(small)]))
