@@ -24,7 +24,7 @@ from corpus.text.languages import language_key
 from corpus.text.scripts import dominant_scripts
 from corpus.text.segmenters import SEGMENTERS
 from corpus.text.tokenizers import SPLITTER, tokenized_words, tokenizer_name, usable
-from corpus.text.words import SplitWords, count_words
+from corpus.text.words import SplitWords, count_words, grouped_by_text
 
 # Sentence-final marks across scripts: the TERMINAL_PUNCTUATION set of datatrove (Apache-2.0), kept identical
 # so that Gopher, C4 and FineWeb decisions agree with the reference implementation FineWeb used.
@@ -209,11 +209,11 @@ class DocumentBatch:
         n_texts = len(self.texts)
         own = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(offsets))
         others = ~np.isin(own, documents)
-        all_owners = np.concatenate((own[others], owners[has_word]))
-        order = np.argsort(all_owners, kind="stable")
-        merged = np.zeros(n_texts + 1, np.int64)
-        np.cumsum(np.bincount(all_owners, minlength=n_texts), out=merged[1:])
-        return merged, np.concatenate((hashes[others], span_hashes[has_word]))[order]
+        return grouped_by_text(
+            n_texts,
+            np.concatenate((own[others], owners[has_word])),
+            np.concatenate((hashes[others], span_hashes[has_word])),
+        )
 
     @cached_property
     def words(self) -> SplitWords:

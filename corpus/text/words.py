@@ -404,15 +404,14 @@ class SplitWords:
     def with_words(self, owners: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> SplitWords:
         """These words and the given ones (text index, start and end in the batch's code points, in order within
         a text): another tokenizer's words of the texts left without. Ids are given anew over the batch."""
-        n_texts = len(self.offsets) - 1
-        own = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(self.offsets))
-        all_owners = np.concatenate((own, owners))
-        order = np.argsort(all_owners, kind="stable")
+        own = np.repeat(np.arange(len(self.offsets) - 1, dtype=np.int64), np.diff(self.offsets))
         merged = copy.copy(self)
-        merged.offsets = np.zeros(n_texts + 1, np.int64)
-        np.cumsum(np.bincount(all_owners, minlength=n_texts), out=merged.offsets[1:])
-        merged.starts = np.concatenate((self.starts, starts))[order]
-        merged.ends = np.concatenate((self.ends, ends))[order]
+        merged.offsets, merged.starts, merged.ends = grouped_by_text(
+            len(self.offsets) - 1,
+            np.concatenate((own, owners)),
+            np.concatenate((self.starts, starts)),
+            np.concatenate((self.ends, ends)),
+        )
         merged.ids, first, lengths = _span_ids(self.points, merged.starts, merged.ends)
         merged.distinct = [self.joined[s : s + n] for s, n in zip(first.tolist(), lengths.tolist(), strict=True)]
         return merged
@@ -422,6 +421,15 @@ class SplitWords:
         base = self.text_offsets[index]
         words = slice(self.offsets[index], self.offsets[index + 1])
         return list(zip((self.starts[words] - base).tolist(), (self.ends[words] - base).tolist(), strict=True))
+
+
+def grouped_by_text(n_texts: int, owners: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(CSR offsets per text, each column ordered by text) of values given with the index of their text, in order
+    within a text: two splits of one batch merged."""
+    offsets = np.zeros(n_texts + 1, np.int64)
+    np.cumsum(np.bincount(owners, minlength=n_texts), out=offsets[1:])
+    order = np.argsort(owners, kind="stable")
+    return offsets, *(column[order] for column in columns)
 
 
 def split_words(text: str) -> list[str]:
