@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from corpus.config.job import check_language_codes, resolve_rule_settings, resolve_thresholds
@@ -294,6 +295,46 @@ NEAR_DUPLICATES = pa.schema(
 )
 
 
+PIECE_CHARACTERS = 1 << 22  # characters whose signatures are made at once: what bounds the working set
+
+
+def _pieces(texts: list[str]) -> list[tuple[int, int]]:
+    """(start, end) of consecutive texts of about PIECE_CHARACTERS characters together (one text at least)."""
+    ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
+    pieces, start = [], 0
+    while start < len(texts):
+        end = max(start + 1, int(np.searchsorted(ends, (ends[start - 1] if start else 0) + PIECE_CHARACTERS)))
+        pieces.append((start, min(end, len(texts))))
+        start = end
+    return pieces
+
+
+def _shared_band_keys(texts: list[str], options: MinHashOptions) -> np.ndarray:
+    """(texts, bands) LSH band keys, made piece by piece, with 0 where no other text has the same key in that band
+    (a key nobody shares joins nothing, and leaving it out keeps the shuffle as small as the duplicates)."""
+    a, b = permutations(options.permutations, options.seed)
+    bands, rows = options.bands_rows()
+    keys = np.zeros((len(texts), bands), np.uint64)
+    for start, end in _pieces(texts):
+        keys[start:end] = band_hashes(
+            minhash_signatures(DocumentBatch(texts[start:end]), options.ngram, a, b), bands, rows
+        )
+    for band in range(bands):
+        ordered = np.sort(keys[:, band])
+        shared = ordered[1:][(ordered[1:] == ordered[:-1]) & (ordered[1:] != 0)]
+        keys[~np.isin(keys[:, band], shared), band] = 0
+    return keys
+
+
+def _shingle_jaccard(texts: list[str], first: np.ndarray, second: np.ndarray, ngram: int) -> np.ndarray:
+    """Exact shingle Jaccard of texts[first[i]] and texts[second[i]], piece by piece."""
+    out = np.empty(len(first), np.float64)
+    for start, end in _pieces([texts[i] for i in first]):
+        own, other = ([texts[i] for i in rows[start:end]] for rows in (first, second))
+        out[start:end] = jaccard(DocumentBatch(own), DocumentBatch(other), ngram)
+    return out
+
+
 def near_duplicates(
     texts: Sequence[str], ids: Sequence[str] | None = None, verify_threshold: float | None = None, **minhash: Any
 ) -> pa.Table:
@@ -301,38 +342,40 @@ def near_duplicates(
     in any LSH band join a cluster, each cluster keeps its first document (in the order given), and the others
     are duplicates of it. With `verify_threshold`, a duplicate whose exact shingle Jaccard with the kept document is
     below it stays (`jaccard` says how near it was). `minhash`: `[dedup.minhash]` settings (ngram = 5,
-    permutations = 112, bands = 14, rows = 8, threshold, seed = 1). One row per text, in order (`NEAR_DUPLICATES`)."""
+    permutations = 112, bands = 14, rows = 8, threshold, seed = 1). One row per text, in order (`NEAR_DUPLICATES`).
+
+    Memory, beyond the texts given and the table returned: 8 bytes per text and band (112 bytes a text by default),
+    the shuffle rows of texts that share a band, and signatures made 4M characters at a time (~50 MiB); the word
+    splitters a process loads once come on top (~0.7 GiB with Chinese, Japanese and Korean). A million texts fit
+    where their texts do (`benchmarks/near_duplicates_memory.py`)."""
     options = _options("near_duplicates", MinHashOptions, **minhash, verify_threshold=verify_threshold)
     texts = _texts(texts)
     n = len(texts)
     ids = [str(i) for i in range(n)] if ids is None else [str(i) for i in ids]
     if len(ids) != n or len(set(ids)) != n:
         raise ValueError(f"give one distinct id per text ({n} texts, {len(set(ids))} distinct ids)")
-    docs = DocumentBatch(texts)
-    signatures = minhash_signatures(docs, options.ngram, *permutations(options.permutations, options.seed))
-    keys = band_hashes(signatures, *options.bands_rows())
     refs = np.arange(n, dtype=np.int64)
-    rows = shuffle_rows(ids, refs, keys, np.zeros(n, np.int64), docs.text_lengths)
+    lengths = np.fromiter(map(len, texts), np.int64, n)
+    rows = shuffle_rows(ids, refs, _shared_band_keys(texts, options), np.zeros(n, np.int64), lengths)
     components = components_in_memory([partition_forest(rows, "minhash")], "minhash", 1)
+    del rows
     members = components.column("ref").to_numpy()
-    roots = components.column("root").to_numpy()
     root = refs.copy()
-    root[members] = roots
+    root[members] = components.column("root").to_numpy()
     size = np.ones(n, np.int32)
     size[members] = components.column("size").to_numpy()
     kept = root == refs
     similarity = np.full(n, np.nan)
     if verify_threshold is not None and (~kept).any():
         duplicates = np.flatnonzero(~kept)
-        own, kept_instead = ([texts[i] for i in rows] for rows in (duplicates, root[duplicates]))
-        similarity[duplicates] = jaccard(DocumentBatch(own), DocumentBatch(kept_instead), options.ngram)
+        similarity[duplicates] = _shingle_jaccard(texts, duplicates, root[duplicates], options.ngram)
         kept[duplicates[similarity[duplicates] < verify_threshold]] = True
-    root_ids = [ids[r] for r in root]
+    root_ids = pa.array(ids).take(pa.array(root))
     return pa.table(
         {
             "id": ids,
             "kept": kept,
-            "duplicate_of": [None if keep else r for keep, r in zip(kept, root_ids, strict=True)],
+            "duplicate_of": pc.if_else(pa.array(kept), pa.nulls(n, pa.string()), root_ids),
             "cluster_id": root_ids,
             "cluster_size": size,
             "jaccard": pa.array(similarity, mask=np.isnan(similarity)),

@@ -154,6 +154,23 @@ def test_near_duplicates_gives_the_pipelines_clusters(run):
     assert pc.sum(pc.invert(unverified.column("kept"))).as_py() >= dropped.num_rows
 
 
+def test_near_duplicates_made_piece_by_piece_are_the_same(monkeypatch):
+    """Signatures made a few texts at a time (memory bounded at any size) give the clusters of one piece."""
+    from corpus import api
+
+    words = np.random.default_rng(5).integers(0, 100_000, (30, 60))
+    base = [f"story {i}: " + " ".join(f"w{word}" for word in row) for i, row in enumerate(words)]
+    texts = [*base, *(text + " one edit" for text in base[:10]), base[3], "", "too short"]
+    whole = near_duplicates(texts, verify_threshold=0.5)
+    monkeypatch.setattr(api, "PIECE_CHARACTERS", 200)
+    assert api._pieces(texts)[:3] == [(0, 1), (1, 2), (2, 3)]  # every text is longer than 200 characters
+    assert near_duplicates(texts, verify_threshold=0.5).equals(whole)
+    dropped = whole.filter(pc.invert(whole.column("kept")))
+    assert dropped.column("id").to_pylist() == [str(i) for i in range(30, 41)]
+    assert dropped.column("duplicate_of").to_pylist() == [str(i) for i in range(10)] + ["3"]
+    assert whole.column("cluster_size").to_pylist()[3] == 3
+
+
 @pytest.mark.slow  # runs a whole job
 def test_mask_pii_counts_as_the_pii_rule(run):
     _, documents, _ = run

@@ -61,10 +61,10 @@ def _missing(name: str) -> tuple[str, str, str] | None:
 
 
 def usable(name: str, unlabelled: int) -> str:
-    """`name`, or what splits its documents instead where its package is missing. Said once here for documents
-    without a language (`unlabelled` of them): every decision on them depends on their words. Documents with a
-    language are said at selection, where it is known whether the language rule dropped them anyway
-    (`split_otherwise_warnings`)."""
+    """`name`, or what splits its documents instead where its package is missing. Said once a process here, at
+    the first batch with documents without a language (`unlabelled` of them): every decision on them depends on
+    their words. Documents with a language are said at selection, where it is known whether the language rule
+    dropped them anyway (`split_otherwise_warnings`)."""
     missing = _missing(name)
     if missing is None:
         return name
@@ -72,8 +72,9 @@ def usable(name: str, unlabelled: int) -> str:
     if unlabelled and name not in _WARNED:
         _WARNED.add(name)
         print(
-            f"corpus: {unlabelled} documents FineWeb-2 splits with {requirement} were split at spaces and "
-            f"punctuation instead: it is not installed; {hint} to split them as FineWeb-2 did",
+            f"corpus: documents FineWeb-2 splits with {requirement} are split at spaces and punctuation instead "
+            f"({unlabelled} in the first batch that had any; said once): it is not installed; {hint} to split them "
+            "as FineWeb-2 did",
             file=sys.stderr,
         )
     return instead
