@@ -388,8 +388,9 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
             copies = origin >= 0
             files = sum(len(f) for _, _, f in os.walk(Path(tmp) / "run" / "dedup"))
             driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            partitions = partition_count(plan.options, "minhash", total, runner.cpus)
             print(
-                f"{total:>12,}{stored:>10.1f}{partition_count(plan.options, 'minhash', total):>11}{seconds:>9.1f}"
+                f"{total:>12,}{stored:>10.1f}{partitions:>11}{seconds:>9.1f}"
                 f"{total / seconds:>10,.0f}{driver:>8.0f} MiB{peak_task[0]:>6} MiB{files:>7}{(~kept).mean():>9.1%}"
                 f"{(~kept[copies]).mean():>14.1%}{(~kept[~copies]).mean():>16.2%}"
             )
@@ -407,7 +408,7 @@ class PeakRecording:
     """A runner that passes tasks through and records the largest peak RSS its tasks report."""
 
     def __init__(self, runner, peak: list[int]):
-        self.runner, self.peak, self.name = runner, peak, runner.name
+        self.runner, self.peak, self.name, self.cpus = runner, peak, runner.name, runner.cpus
 
     def run(self, options, tasks):
         for task, report, error in self.runner.run(options, tasks):

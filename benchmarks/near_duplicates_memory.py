@@ -64,7 +64,7 @@ def warmed(side: str, texts: list[str]) -> None:
         from corpus.text.batch import DocumentBatch
 
         for text in texts[:5000]:
-            DocumentBatch([text]).folded_words
+            _ = DocumentBatch([text]).folded_words
 
 
 def datasketch_side(texts: list[str]) -> np.ndarray:

@@ -9,9 +9,9 @@ JSON object in `metadata`). Stages, as for WARCs: `read` (each row or line: kept
 going on), then `prefilter` as for pages, then `extract`, which for a dataset only drops empty texts
 (`empty_text`) and identifies languages where no `lang` column is mapped.
 
-A large input splits into parts, one task each: Parquet by row groups (`split_rows`), plain JSONL by byte
-ranges (`split_bytes`; a line belongs to the part its first byte is in); compressed JSONL and Arrow files are one
-part each (Hugging Face's `save_to_disk` writes files of at most 500 MB).
+A large input splits into parts, one task each: Parquet by rows (`split_rows`, inside a row group too), plain
+JSONL by byte ranges (`split_bytes`; a line belongs to the part its first byte is in); compressed JSONL and Arrow
+files are one part each (Hugging Face's `save_to_disk` writes files of at most 500 MB).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class ColumnMapping(StageOptions):
 
 
 class DatasetOptions(ColumnMapping):
-    split_rows: int = Field(1_000_000, ge=1, description="a Parquet file splits into tasks of row groups up to this")
+    split_rows: int = Field(100_000, ge=1, description="a Parquet file splits into tasks of this many rows")
     split_bytes: int = Field(256_000_000, ge=1, description="a plain JSONL file splits into byte ranges of this size")
     per_input: dict[str, ColumnMapping] = Field(
         default_factory=dict,
@@ -108,18 +108,39 @@ def splittable(source: str) -> bool:
     return dataset_format(source) == "jsonl" and not source.lower().endswith(_COMPRESSIONS)
 
 
-def row_group_parts(row_counts: list[int], split_rows: int) -> list[tuple[int, int]]:
-    """Consecutive row groups [start, stop) holding up to `split_rows` rows each (a larger group alone)."""
-    parts: list[tuple[int, int]] = []
-    rows = 0
-    for group, count in enumerate(row_counts):
-        if not parts or rows + count > split_rows:
-            parts.append((group, group + 1))
-            rows = 0
-        else:
-            parts[-1] = (parts[-1][0], group + 1)
-        rows += count
-    return parts or [(0, 0)]
+def row_parts(rows: int, split_rows: int) -> list[tuple[int, int]]:
+    """Consecutive rows [start, stop) of `split_rows` each (the last one shorter): a part can start inside a row
+    group (writers' default groups hold up to a million rows), so one large group still keeps every core busy."""
+    return [(start, min(start + split_rows, rows)) for start in range(0, rows, split_rows)] or [(0, 0)]
+
+
+def _rows_of_part(file: pq.ParquetFile, part: tuple[int, int] | None, batch_size: int):
+    """(the first row, batches of rows [start, stop)) of a Parquet file: the row groups that hold them are read, and
+    the rows before `start` in the first of them skipped."""
+    if part is None:
+        return 0, file.iter_batches(batch_size=batch_size) if file.num_row_groups else iter(())
+    start, stop = part
+    group_starts = np.cumsum([0] + [file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)])
+    groups = list(range(max(0, int(np.searchsorted(group_starts, start, "right")) - 1),
+                        int(np.searchsorted(group_starts, stop, "left"))))  # fmt: skip
+    if not groups or start >= stop:
+        return start, iter(())
+    return start, _sliced(
+        file.iter_batches(batch_size=batch_size, row_groups=groups), start - int(group_starts[groups[0]]), stop - start
+    )
+
+
+def _sliced(batches, skip: int, take: int):
+    """The batches past the first `skip` rows, `take` rows in all."""
+    for batch in batches:
+        if take <= 0:
+            return
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        batch = batch.slice(skip, take)
+        skip, take = 0, take - batch.num_rows
+        yield batch
 
 
 def byte_parts(size: int, split_bytes: int) -> list[tuple[int, int]]:
@@ -143,10 +164,8 @@ def read_dataset(
         return jsonl_extra_fields(), _read_jsonl(stream, source, part, options, batch_size, id_prefix, limit)
     if fmt == "parquet":
         file = pq.ParquetFile(stream)
-        groups = list(range(*part)) if part else list(range(file.num_row_groups))
-        first_row = sum(file.metadata.row_group(g).num_rows for g in range(groups[0])) if groups else 0
         schema = file.schema_arrow
-        batches = file.iter_batches(batch_size=batch_size, row_groups=groups) if groups else iter(())
+        first_row, batches = _rows_of_part(file, part, batch_size)
     else:
         reader = arrow_batches(stream)
         first_row, schema, batches = 0, reader.schema, _rebatched(reader, batch_size)

@@ -67,7 +67,11 @@ class DedupOptions(StageOptions):
     )
     minhash: MinHashOptions = MinHashOptions()
     partitions: int | None = Field(
-        None, ge=1, le=4096, description="shuffle partitions of each step (Ray tasks); default: one per 4M rows"
+        None,
+        ge=1,
+        le=4096,
+        description="shuffle partitions of each step (Ray tasks); default: one per 4M rows, and one per CPU while "
+        "each gets 250k rows",
     )
 
     @model_validator(mode="after")

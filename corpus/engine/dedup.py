@@ -55,15 +55,17 @@ from corpus.stages.select import SELECTION
 from corpus.text.batch import DocumentBatch, sorted_unique
 
 MAX_STAR_ROUNDS = 200
-PARTITION_ROWS = 4_000_000  # shuffle rows per partition: ~200 MB of edges and nodes in a star-round task
+PARTITION_ROWS = 4_000_000  # shuffle rows per partition at most: ~200 MB of edges and nodes in a star-round task
+PARTITION_ROWS_LEAST = 250_000  # below this, a partition's task costs more to start than it saves
 
 
-def partition_count(job: Job, step: str, documents: int) -> int:
-    """The job's `[dedup] partitions`, or one per `PARTITION_ROWS` shuffle rows (a document is a row per band)."""
+def partition_count(job: Job, step: str, documents: int, cpus: int = 1) -> int:
+    """The job's `[dedup] partitions`, or one per `PARTITION_ROWS` shuffle rows (a document is a row per band), and
+    at least one per CPU of the cluster while each still gets `PARTITION_ROWS_LEAST` rows: every core works."""
     if job.dedup.partitions is not None:
         return job.dedup.partitions
-    rows_per_document = job.dedup.minhash.bands_rows()[0] if step == "minhash" else 1
-    return max(1, math.ceil(documents * rows_per_document / PARTITION_ROWS))
+    rows = documents * (job.dedup.minhash.bands_rows()[0] if step == "minhash" else 1)
+    return max(1, math.ceil(rows / PARTITION_ROWS), min(cpus, rows // PARTITION_ROWS_LEAST))
 
 
 def _params(task: Task) -> tuple[str, int]:
@@ -272,7 +274,7 @@ def deduplicate(job: Job, shards: list[Shard], select_keys: list[str], documents
     folder = RunFolder(job.output)
     key = cache_key("dedup", select_keys, job.dedup.model_dump(), [s.id for s in shards])
     for index, step in enumerate(job.dedup.steps):
-        partitions = partition_count(job, step, documents)
+        partitions = partition_count(job, step, documents, runner.cpus)
         key = cache_key(key, index, step, partitions)  # decided by the steps before
         base = (("step", step), ("partitions", partitions), ("plan", plan_key), ("index", index))
         decided = dedup_path(step, "decided.json")

@@ -22,7 +22,7 @@ from corpus.engine.inputs import job_inputs
 from corpus.engine.run_folder import PLAN, RunFolder
 from corpus.errors import DatasetError, JobError
 from corpus.rulebook import CorpusRule, Rule, discover
-from corpus.stages.dataset import DatasetOptions, byte_parts, dataset_format, row_group_parts, splittable
+from corpus.stages.dataset import DatasetOptions, byte_parts, dataset_format, row_parts, splittable
 from corpus.stages.dataset_columns import arrow_schema, extra_fields, jsonl_extra_fields, unified_fields
 
 PLAN_SCHEMA = pa.schema([("ordinal", pa.int64()), ("id", pa.string()), ("source", pa.string())])
@@ -32,7 +32,7 @@ INPUT_SCHEMA = b"input_schema"  # plan.parquet's metadata: `Job.input_schema`
 @dataclass(frozen=True)
 class Shard:
     """One input file, or one part of a large dataset file: its ordinal in the plan (the high half of a document
-    reference), id and source; `part`: row groups (Parquet) or bytes (JSONL) [start, stop), None for a whole file."""
+    reference), id and source; `part`: rows (Parquet) or bytes (JSONL) [start, stop), None for a whole file."""
 
     ordinal: int
     id: str
@@ -44,7 +44,7 @@ class Shard:
         """What a failure is reported under: the input, and which part of it."""
         if self.part is None:
             return self.source
-        unit = "row groups" if dataset_format(self.source) == "parquet" else "bytes"
+        unit = "rows" if dataset_format(self.source) == "parquet" else "bytes"
         return f"{self.source} ({unit} {self.part[0]}-{self.part[1]})"
 
 
@@ -80,8 +80,7 @@ def input_parts(source: str, options: DatasetOptions) -> tuple[list[tuple[int, i
             with InputStream(source) as stream:
                 if fmt == "parquet":
                     file = pq.ParquetFile(stream)
-                    counts = [file.metadata.row_group(group).num_rows for group in range(file.num_row_groups)]
-                    parts = row_group_parts(counts, options.split_rows)
+                    parts = row_parts(file.metadata.num_rows, options.split_rows)
                     fields = extra_fields(file.schema_arrow, options)
                 else:
                     fields = extra_fields(arrow_schema(stream), options)

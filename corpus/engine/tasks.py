@@ -172,6 +172,7 @@ class InlineRunner:
     """Every task in this process, in order: `corpus run --no-ray`, tests, and runs too small to start Ray for."""
 
     name = "in-process"
+    cpus = 1  # tasks run one after another
 
     def __init__(self, on_progress: Callable[[int, int], None] | None = None):
         self.on_progress = on_progress
@@ -256,7 +257,7 @@ class RayRunner:
         import ray
 
         resources = ray.cluster_resources()
-        cpus = int(resources.get("CPU", 1))
+        cpus = self.cpus = int(resources.get("CPU", 1))  # what sizes a phase's partitions
         self.gpus = float(resources.get("GPU", 0))  # what a phase that asks for GPUs checks before it starts
         self.window = window or max(64, 4 * cpus)
         self.on_progress = on_progress
@@ -321,6 +322,7 @@ class DryRunner:
     answers an empty report. For planning benchmarks."""
 
     name = "dry-run"
+    cpus = 1
 
     def __init__(self):
         self.tasks = 0

@@ -328,3 +328,18 @@ def test_an_input_that_is_not_a_warc_fails_until_replaced_and_a_replaced_input_i
     assert stats["shards"]["skipped_complete"] == 1  # b only: a was extracted again
     per_shard = {s["source"]: s["stages"]["extract"]["kept"] for s in stats["per_shard"].values()}
     assert per_shard[a] == per_shard[b] and sum(per_shard.values()) != documents
+
+
+def test_dedup_partitions_keep_every_cpu_busy_once_each_has_enough_rows(tmp_path):
+    from corpus.engine.dedup import partition_count
+
+    job = load_job(write_job(tmp_path, ["a.warc.gz"], tmp_path / "out", '[dedup]\nsteps = ["url", "minhash"]\n'))
+    assert partition_count(job, "minhash", 2_600, cpus=2) == 1  # 36,400 rows: one task is cheaper
+    assert partition_count(job, "minhash", 200_000, cpus=2) == 2  # 2.8M rows: one a core
+    assert partition_count(job, "minhash", 200_000, cpus=64) == 11  # each keeps 250k rows
+    assert partition_count(job, "url", 200_000, cpus=64) == 1  # a row a document
+    assert partition_count(job, "minhash", 10_000_000, cpus=2) == 35  # 4M rows each at most
+    pinned = load_job(
+        write_job(tmp_path, ["a.warc.gz"], tmp_path / "out", '[dedup]\nsteps = ["url"]\npartitions = 3\n')
+    )
+    assert partition_count(pinned, "url", 200_000, cpus=64) == 3

@@ -174,7 +174,7 @@ def test_a_remote_parquet_input_is_planned_through_throttling_and_one_gone_is_le
                    row_group_size=10)  # fmt: skip
     base = f"http://127.0.0.1:{http_server.server_address[1]}"
     http_server.unavailable = {"a.parquet": 2}  # the first lookup: HEAD and GET answered 503
-    assert input_parts(f"{base}/a.parquet", DatasetOptions(split_rows=10))[0] == [(0, 1), (1, 2), (2, 3)]
+    assert input_parts(f"{base}/a.parquet", DatasetOptions(split_rows=10))[0] == [(0, 10), (10, 20), (20, 30)]
     assert http_server.unavailable == {"a.parquet": 0}
     assert input_parts(f"{base}/gone.parquet", DatasetOptions(split_rows=10)) == ([None], None)  # its task will say why
 
