@@ -28,9 +28,10 @@ COPIES = 0.2  # the share of texts that are near copies of an earlier text
 
 def texts_of(shared: Path, size: int) -> tuple[list[str], np.ndarray]:
     """`size` texts and, for each, the index of the text it copies (-1 for a unique one)."""
-    real = [  # texts of 20 words or more that spaces split into words (so that salting every fifth makes them unique)
+    real = [  # texts of 20 words or more, in ASCII: spaces split them into the words that both sides shingle, so that
+        # salting every fifth makes each unique (in Chinese or Japanese, a salt between spaces leaves the words in)
         text for text in real_documents(shared).column("text").to_pylist()
-        if len(text.split()) >= 20 and len(text) < 12 * len(text.split())
+        if len(text.split()) >= 20 and text.isascii()
     ]  # fmt: skip
     rng = np.random.default_rng(7)
     texts, origin = [], np.full(size, -1, np.int64)

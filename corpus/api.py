@@ -31,7 +31,7 @@ from corpus.rulebook import CorpusRule, Rule, discover
 from corpus.stages.annotate import annotate_documents, signal_fields
 from corpus.stages.dedup import MinHashOptions, band_hashes, jaccard, minhash_signatures, permutations
 from corpus.stages.dedup_graph import components_in_memory, partition_forest, shuffle_rows
-from corpus.stages.extract import EXTRACTORS, LanguageIdentifier, decode_html, main_text
+from corpus.stages.extract import EXTRACTORS, LanguageIdentifier, page_text
 from corpus.stages.read import domain_of
 from corpus.stages.schema import DOCUMENTS
 from corpus.stages.select import select_documents, split_otherwise_counts
@@ -63,9 +63,7 @@ def extract_text(
     for this process: trafilatura's own calls then give the same texts faster (`stages/extract.py`)."""
     if extractor not in EXTRACTORS:
         raise ValueError(f"unknown extractor {extractor!r}: use one of {', '.join(EXTRACTORS)}")
-    if isinstance(html, bytes):
-        html, _ = decode_html(html, charset)
-    return main_text(extractor, html, url) or None
+    return page_text(html, url, extractor, charset) or None
 
 
 def _texts(texts: Sequence[str]) -> list[str]:

@@ -17,6 +17,7 @@ from corpus.engine.inputs import dataset_columns_problem
 from corpus.errors import TryInputError
 from corpus.stages.dataset import dataset_format
 from corpus.stages.dataset_columns import input_columns
+from corpus.stages.extract import LanguageIdentifier, page_text
 
 DOCUMENT_COLUMNS = pa.schema(
     [("id", pa.string()), ("text", pa.string()), ("url", pa.string()), ("lang", pa.string()),
@@ -32,14 +33,14 @@ def read_documents(paths: list[str], limit: int | None = None, dataset=None) -> 
     `text`, `id`, `url`, `lang` and `lang_score`; text and HTML files, plain, `.gz` or inside a `.zip`, are one
     document each (id: the path). Documents without a language are identified as a run identifies them. A file
     that cannot be read is refused (`TryInputError`), naming it."""
-    from corpus.api import identify_language
-
     rows = list(_documents_of([str(path) for path in paths], limit or sys.maxsize, dataset))
     columns = [list(values) for values in zip(*rows, strict=True)] if rows else [[]] * len(DOCUMENT_COLUMNS)
     texts, langs, scores = columns[1], columns[3], columns[4]
     unknown = [i for i, lang in enumerate(langs) if lang is None]
-    for i, lang, score in zip(unknown, *identify_language([texts[i] for i in unknown]), strict=True):
-        langs[i], scores[i] = lang, score
+    if unknown:
+        identify = LanguageIdentifier()
+        for i in unknown:
+            langs[i], scores[i] = identify(texts[i])
     return pa.Table.from_arrays(
         [pa.array(values, field.type) for values, field in zip(columns, DOCUMENT_COLUMNS, strict=True)],
         schema=DOCUMENT_COLUMNS,
@@ -83,15 +84,13 @@ def _gunzipped(data: bytes, path: str) -> bytes:
 
 def _page_text(data: bytes, name: str, path: str) -> str:
     """The text of one text or HTML file (HTML: its main text, as a run extracts it); refused if it is binary."""
-    from corpus.api import extract_text
-
     if b"\0" in data[:65536]:
         raise TryInputError(
             f"{path}: binary data, not text or HTML; give text, HTML, WARC/WET, Parquet or JSONL files (plain, .gz "
             "or inside a .zip)"
         )
     if name.lower().endswith((".html", ".htm", ".xhtml")):
-        return extract_text(data) or ""
+        return page_text(data, None)
     return data.decode("utf-8", "replace")
 
 
@@ -137,7 +136,6 @@ def _dataset_documents(path: str, fmt: str, limit: int, dataset):
 
 def _warc_pages(path: str, limit: int):
     """The first `limit` pages of a WARC/WET file with text, extracted as a run extracts them; reads no further."""
-    from corpus.api import extract_text
     from corpus.stages.read import ReadOptions, read_records
 
     pages = 0
@@ -147,7 +145,7 @@ def _warc_pages(path: str, limit: int):
                 if pages >= limit:
                     return
                 if record["kind"] == "html":
-                    text = extract_text(record["payload"], record["url"], charset=record["http_charset"])
+                    text = page_text(record["payload"], record["url"], charset=record["http_charset"])
                 else:
                     text = record["payload"].decode("utf-8", "replace").strip()
                 if text:

@@ -261,6 +261,14 @@ def _lid_model(path: str) -> FastTextModel:
     return FastTextModel.from_bytes(data, path)
 
 
+def page_text(html: bytes | str, url: str | None, extractor: str = "trafilatura", charset: str | None = None) -> str:
+    """The main text of one page as the stage makes it ("" where the stage drops it as `empty_text`): bytes are
+    decoded as a crawl's pages are (`decode_html`), then `main_text`."""
+    if isinstance(html, bytes):
+        html, _ = decode_html(html, charset)
+    return main_text(extractor, html, url)
+
+
 class LanguageIdentifier:
     """Top language code and its probability (fastText lid.176) from a text's first `max_chars` characters, line
     breaks read as spaces: fastText's own answer (`corpus.text.fasttext_model`)."""
