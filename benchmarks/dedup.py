@@ -349,7 +349,7 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
 
     from corpus.config.job import load_job
     from corpus.engine.dedup import deduplicate, partition_count
-    from corpus.engine.plan import make_plan
+    from corpus.engine.plan import make_plan, planned_job
     from corpus.engine.run_folder import RunFolder, decisions_path
     from corpus.engine.tasks import RayRunner
 
@@ -368,13 +368,15 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
                 origin = child.submit(_store_synthetic_run, Path(tmp), words, offsets, total).result()
             stored = time.perf_counter() - stored
-            plan = make_plan(load_job(Path(tmp) / "job.toml"))
-            run = RunFolder(plan.options.output)
-            runner = RayRunner(plan.options)
+            job = load_job(Path(tmp) / "job.toml")
+            plan = make_plan(job)
+            options = planned_job(job, plan)
+            run = RunFolder(options.output)
+            runner = RayRunner(options)
             failed: dict[str, str] = {}
             peak_task = [0]
             started = time.perf_counter()
-            key = deduplicate(plan.options, list(plan.shards), ["synthetic"] * len(plan.shards), total, "bench",
+            key = deduplicate(options, list(plan.shards), ["synthetic"] * len(plan.shards), total, "bench",
                               PeakRecording(runner, peak_task), failed)  # fmt: skip
             seconds = time.perf_counter() - started
             timings[total] = seconds
@@ -388,7 +390,7 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
             copies = origin >= 0
             files = sum(len(f) for _, _, f in os.walk(Path(tmp) / "run" / "dedup"))
             driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-            partitions = partition_count(plan.options, "minhash", total, runner.cpus)
+            partitions = partition_count(options, "minhash", total, runner.cpus)
             print(
                 f"{total:>12,}{stored:>10.1f}{partitions:>11}{seconds:>9.1f}"
                 f"{total / seconds:>10,.0f}{driver:>8.0f} MiB{peak_task[0]:>6} MiB{files:>7}{(~kept).mean():>9.1%}"

@@ -34,7 +34,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from corpus.config.job import load_job
-    from corpus.engine.plan import make_plan, write_plan
+    from corpus.engine.plan import make_plan, planned_job, write_plan
     from corpus.engine.run_folder import RunFolder
     from corpus.engine.shards import shard_key, shard_task
     from corpus.engine.tasks import DryRunner, run_phase
@@ -55,17 +55,18 @@ def main() -> None:
     write_plan(folder, plan)
     runner = DryRunner()
     failed: dict[str, str] = {}
-    key = shard_key(plan.options)
-    reports = run_phase(runner, plan.options, (shard_task(s, key, None) for s in plan.shards), failed)
+    options = planned_job(job, plan)
+    key = shard_key(options)
+    reports = run_phase(runner, options, (shard_task(s, key, None) for s in plan.shards), failed)
     seconds = time.perf_counter() - started
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     whole_job = len(pickle.dumps(job))
-    options = len(pickle.dumps(plan.options))
+    options_bytes = len(pickle.dumps(options))
     before_total, now_total = whole_job * runner.tasks / 1e9, runner.max_task_bytes * runner.tasks / 1e6
     print(f"inputs planned                     {len(plan.shards):>12,}")
     print(f"tasks submitted (dry run)          {runner.tasks:>12,}   reports back {len(reports):,}")
-    print(f"options object, once per node      {options:>12,} bytes")
+    print(f"options object, once per node      {options_bytes:>12,} bytes")
     print(f"per task, before (the whole job)   {whole_job:>12,} bytes   x {runner.tasks:,} = {before_total:,.1f} GB")
     print(f"per task, now (task + reference)   {runner.max_task_bytes:>12,} bytes   x {runner.tasks:,} = "
           f"{now_total:,.1f} MB   ({whole_job / runner.max_task_bytes:,.0f}x less)")  # fmt: skip

@@ -50,8 +50,16 @@ class Shard:
 
 @dataclass(frozen=True)
 class Plan:
-    options: Job  # the job as validated; its inputs are the shards
+    """What a job runs over, as data (`plan.parquet` stores it): its shards, and the datasets' own columns (an
+    Arrow schema) every documents file stores."""
+
     shards: tuple[Shard, ...]
+    input_schema: bytes = b""
+
+
+def planned_job(job: Job, plan: Plan) -> Job:
+    """The job's options as its tasks get them: with the plan's dataset columns, which key its shards."""
+    return job.model_copy(update={"input_schema": plan.input_schema})
 
 
 def shard_id(source: str) -> str:
@@ -95,8 +103,7 @@ def make_plan(job: Job) -> Plan:
     Inputs are listed and checked here (`job_inputs`), once per run. A job that selects from a run's documents (an
     ablation variant, a finished run read back) has the shards that run planned, and reads no input."""
     if job.documents_from:
-        shards, input_schema = stored_plan(documents_folder(job))
-        return Plan(options=job.model_copy(update={"input_schema": input_schema}), shards=shards)
+        return stored_plan(documents_folder(job))
     shards = []
     fields_by_input = {}
     for source in job_inputs(job):
@@ -113,7 +120,7 @@ def make_plan(job: Job) -> Plan:
     except DatasetError as exc:
         raise JobError(f"{job.source_file}: key 'inputs': {exc}") from None
     schema = pa.schema(unified).serialize().to_pybytes() if unified else b""
-    return Plan(options=job.model_copy(update={"input_schema": schema}), shards=tuple(shards))
+    return Plan(tuple(shards), schema)
 
 
 def input_schema_fields(job: Job) -> list[pa.Field]:
@@ -124,7 +131,7 @@ def input_schema_fields(job: Job) -> list[pa.Field]:
 def write_plan(folder: RunFolder, plan: Plan) -> None:
     """`plan.parquet`: the shards, and in its metadata the datasets' columns the documents files store."""
     columns = [[s.ordinal for s in plan.shards], [s.id for s in plan.shards], [s.source for s in plan.shards]]
-    schema = PLAN_SCHEMA.with_metadata({INPUT_SCHEMA: plan.options.input_schema} if plan.options.input_schema else {})
+    schema = PLAN_SCHEMA.with_metadata({INPUT_SCHEMA: plan.input_schema} if plan.input_schema else {})
     table = pa.Table.from_arrays(
         [pa.array(values, field.type) for values, field in zip(columns, schema, strict=True)], schema=schema
     )
@@ -132,15 +139,15 @@ def write_plan(folder: RunFolder, plan: Plan) -> None:
         writer.write(table)
 
 
-def stored_plan(folder: RunFolder) -> tuple[tuple[Shard, ...], bytes]:
-    """The shards a run planned, as its `plan.parquet` lists them (whole inputs: what a run that only reads its
-    documents back needs), and its `Job.input_schema`: a job selecting over its documents keys them alike."""
+def stored_plan(folder: RunFolder) -> Plan:
+    """The plan of a run, as its `plan.parquet` lists it (shards of whole inputs: what a run that only reads its
+    documents back needs; its dataset columns, so that a job selecting over its documents keys them alike)."""
     try:
         table = folder.read_table(PLAN)
     except FileNotFoundError:
         raise JobError(f"{folder.url} holds no plan.parquet: not a run of a corpus job (run the job first)") from None
     shards = tuple(Shard(row["ordinal"], row["id"], row["source"]) for row in table.sort_by("ordinal").to_pylist())
-    return shards, (table.schema.metadata or {}).get(INPUT_SCHEMA, b"")
+    return Plan(shards, (table.schema.metadata or {}).get(INPUT_SCHEMA, b""))
 
 
 _SHARD_IDS: dict[tuple[str, str], list[str]] = {}

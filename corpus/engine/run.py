@@ -23,7 +23,7 @@ from corpus.engine import dedup as dedup_phase
 from corpus.engine import model_scores as model_phase
 from corpus.engine import tokens as tokens_phase
 from corpus.engine.input_stream import input_identity
-from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, write_plan
+from corpus.engine.plan import Plan, corpus_rules, documents_folder, make_plan, planned_job, write_plan
 from corpus.engine.progress import RunProgress, counted, log_line
 from corpus.engine.ray_reaper import watch
 from corpus.engine.run_folder import JOB_COPY, MANIFEST, STATS, RunFolder, shard_report_path
@@ -137,9 +137,9 @@ class Runners:
         return self.where_ray
 
 
-def _stored_reports(plan: Plan) -> dict[str, dict]:
-    """The complete shards' reports of this plan, refusing shards made with other read/extract options."""
-    options = plan.options
+def _stored_reports(options: Job, plan: Plan) -> dict[str, dict]:
+    """The complete shards' reports of this plan (`options`: the planned job), refusing shards made with other
+    read/extract options."""
     source = documents_folder(options)
     expected = fingerprint(options)
     present = source.listed("shards")  # one listing, not a request per planned shard
@@ -158,7 +158,7 @@ def _stored_reports(plan: Plan) -> dict[str, dict]:
 def completed_shards(job: Job) -> tuple[int, int]:
     """(shards of the job's plan with a report in its output, shards planned): what an interrupted run leaves."""
     plan = make_plan(job)
-    present = documents_folder(plan.options).listed("shards")
+    present = documents_folder(job).listed("shards")
     return sum(shard_report_path(shard.id) in present for shard in plan.shards), len(plan.shards)
 
 
@@ -168,8 +168,8 @@ def dry_run(job: Job) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     plan = make_plan(job)
-    options = plan.options
-    stored = _stored_reports(plan)  # a folder holding another job's shards is refused here too
+    options = planned_job(job, plan)
+    stored = _stored_reports(options, plan)  # a folder holding another job's shards is refused here too
     changed, unchecked = ([], {}) if job.documents_from else _changed_inputs(plan, stored)
     key = shard_key(options)
     todo = {"complete": [], "extract": [], "reannotate": []}
@@ -254,9 +254,9 @@ def run_job(job: Job, use_ray: bool = True, progress_stream=None, verbose: bool 
 def _run(job: Job, plan: Plan, folder: RunFolder, clock: PhaseClock, use_ray: bool, progress_stream, verbose: bool
          ) -> dict:  # fmt: skip
     folder.remove_temporaries()
-    options = plan.options
+    options = planned_job(job, plan)
     plan_key = cache_key("plan", [shard.id for shard in plan.shards])
-    stored = _stored_reports(plan)  # refuses a folder holding another job's run: nothing of it is overwritten
+    stored = _stored_reports(options, plan)  # refuses a folder holding another job's run: nothing of it is overwritten
     write_plan(folder, plan)
     with open(job.source_file, "rb") as fh:
         folder.write_bytes(JOB_COPY, fh.read())

@@ -32,7 +32,7 @@ class StoredRun:
         self.stats: dict = stats
         self.job_file = Path(stats["job_file"])
         self.job: Job = job_of_run(self.folder, stats)
-        self.shard_ids = [shard.id for shard in stored_plan(self.folder)[0]]
+        self.shard_ids = [shard.id for shard in stored_plan(self.folder).shards]
 
     @property
     def url(self) -> str:

@@ -17,7 +17,7 @@ from corpus.config.job import load_job
 from corpus.config.keys import cache_key
 from corpus.engine import run_job
 from corpus.engine.corpus_rules import buckets_of
-from corpus.engine.plan import make_plan
+from corpus.engine.plan import make_plan, planned_job
 from corpus.engine.shards import shard_key, shard_task
 from corpus.engine.tasks import DryRunner, InlineRunner, Task, run_phase
 from corpus.rulebook import discover
@@ -43,13 +43,15 @@ def _job_over(tmp_path, count: int):
 def test_what_a_task_ships_does_not_grow_with_the_number_of_inputs(tmp_path):
     sizes = {}
     for count in (10, 5_000):
-        plan = make_plan(_job_over(tmp_path, count))
+        job = _job_over(tmp_path, count)
+        plan = make_plan(job)
         assert len(plan.shards) == count
+        options = planned_job(job, plan)
         runner = DryRunner()
-        key = shard_key(plan.options)
-        reports = run_phase(runner, plan.options, (shard_task(s, key, None) for s in plan.shards), {})
+        key = shard_key(options)
+        reports = run_phase(runner, options, (shard_task(s, key, None) for s in plan.shards), {})
         assert runner.tasks == len(reports) == count
-        sizes[count] = (runner.max_task_bytes, len(pickle.dumps(plan.options)))
+        sizes[count] = (runner.max_task_bytes, len(pickle.dumps(options)))
     assert sizes[5_000][1] == sizes[10][1]  # the same options at 10 or 5,000 inputs
     assert abs(sizes[5_000][0] - sizes[10][0]) <= 8 and sizes[5_000][0] < 1_024  # a task: its own id and ordinal
 
@@ -64,7 +66,8 @@ def test_a_failing_task_is_reported_under_its_input_and_the_others_go_on(tmp_pat
         return {"id": task.id, "n": task.param("n")}
 
     tasks.KINDS["test_flaky"] = tasks.Kind(flaky, 1.0, False)
-    options = make_plan(_job_over(tmp_path, 1)).options
+    job = _job_over(tmp_path, 1)
+    options = planned_job(job, make_plan(job))
     work = [Task("test_flaky", f"t{n}", "k", f"markers/t{n}.json", None, (("n", n),)) for n in range(3)]
     failed: dict[str, str] = {}
     live = [0, 0]
@@ -99,7 +102,8 @@ def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_run_at_its_next_ta
             stop_on_signal(signal.SIGINT, None)
 
     try:
-        options = make_plan(_job_over(tmp_path, 1)).options
+        job = _job_over(tmp_path, 1)
+        options = planned_job(job, make_plan(job))
         work = [Task("test_counted", f"t{n}", "k", f"markers/t{n}.json", None, ()) for n in range(3)]
         outcomes = InlineRunner().run(options, work)
         next(outcomes)

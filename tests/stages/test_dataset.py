@@ -197,13 +197,14 @@ def test_inputs_with_other_columns_and_their_own_mappings_store_one_dataset_ever
     # read back without its inputs (a report, an ablation's variants), the run keys its shards as it made them
     from corpus.engine import RunFolder
     from corpus.engine.export import job_of_run
-    from corpus.engine.plan import make_plan
+    from corpus.engine.plan import make_plan, planned_job
     from corpus.engine.shards import shard_key
 
     run = RunFolder(str(tmp_path / "out"))
-    made, read_back = make_plan(job), make_plan(job_of_run(run, run.stats()))
-    assert read_back.options.input_schema == made.options.input_schema != b""
-    assert shard_key(read_back.options) == shard_key(made.options)
+    stored_job = job_of_run(run, run.stats())
+    made, read_back = make_plan(job), make_plan(stored_job)
+    assert read_back.input_schema == made.input_schema != b""
+    assert shard_key(planned_job(stored_job, read_back)) == shard_key(planned_job(job, made))
 
 
 def test_a_per_input_mapping_that_matches_no_input_is_refused_at_load(documents, tmp_path):
