@@ -3,7 +3,8 @@
 Texts are made from the real documents: each unique one is a real document with every fifth word salted (so its
 shingles are its own), and one text in five is a copy of an earlier one with three words changed. Each size runs in
 a child process that first builds its texts and loads the word splitters they need (segmenter dictionaries load
-once a process), then calls the function once: "working set" is the peak RSS above that, "per text" divides it by the
+once a process), then resets its peak RSS (Linux's clear_refs) and calls the function once: "working set" is the
+peak RSS above the RSS before the call, "per text" divides it by the
 texts. The goal (issue 50): a working set that does not grow with the texts beyond a small fixed cost per text, so
 whatever size fits its texts fits its dedup. datasketch (`MinHash.update_batch` over whitespace 5-word shingles,
 `MinHashLSH` insert then query, 14 bands x 8 rows) is run at the sizes given to `--peer-sizes`: it is slow.
@@ -14,7 +15,7 @@ whatever size fits its texts fits its dedup. datasketch (`MinHash.update_batch` 
 from __future__ import annotations
 
 import json
-import resource
+import re
 import subprocess
 import sys
 import time
@@ -83,15 +84,21 @@ def datasketch_side(texts: list[str]) -> np.ndarray:
     return dropped
 
 
+def _status_kib(key: str) -> int:
+    """A memory figure of this process from /proc/self/status, in KiB."""
+    return int(re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE).group(1))
+
+
 def child(shared: Path, size: int, side: str) -> None:
     texts, origin = texts_of(shared, size)
     characters = sum(map(len, texts))
     warmed(side, texts)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts over from here (Linux)
+    before = _status_kib("VmRSS")
     started = time.perf_counter()
     dropped = (corpus_side if side == "corpus" else datasketch_side)(texts)
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM")
     print(json.dumps({
         "characters": characters, "seconds": seconds, "before_mib": before / 1024,
         "working_mib": (peak - before) / 1024,
