@@ -338,8 +338,12 @@ def datatrove_kept(output: Path) -> int:
 
 
 class StartedRayCluster:
-    """A one-CPU Ray cluster started with `ray start` (on this process's core), as a cluster runs jobs; `env` points
-    a job at it. Stopped by its own processes (those of its temporary folder), never `ray stop`."""
+    """A Ray cluster started with `ray start` (one CPU by default: this process's core), as a cluster runs jobs;
+    `env` points a job at it; `extra`: more `ray start` options. Stopped by its own processes (those of its
+    temporary folder), never `ray stop`."""
+
+    def __init__(self, cpus: int = 1, extra: tuple[str, ...] = ()):
+        self.cpus, self.extra = cpus, extra
 
     def __enter__(self) -> StartedRayCluster:
         import socket
@@ -350,7 +354,8 @@ class StartedRayCluster:
             port = probe.getsockname()[1]
         env = dict(os.environ)  # a head started as the README starts one: no token needed on one machine
         ray = str(Path(sys.executable).with_name("ray"))
-        command = [ray, "start", "--head", "--num-cpus=1", f"--port={port}", "--include-dashboard=false"]
+        command = [ray, "start", "--head", f"--num-cpus={self.cpus}", f"--port={port}", "--include-dashboard=false",
+                   *self.extra]  # fmt: skip
         timed([*command, "--disable-usage-stats", f"--temp-dir={self.temp}"], env=env)
         self.env = dict(env, RAY_ADDRESS=f"127.0.0.1:{port}")
         return self
