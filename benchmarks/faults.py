@@ -21,6 +21,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
 import zlib
@@ -28,6 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corpus.engine.ray_reaper import ray_descendants, running_processes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside this script, also when a test loads it by path
+from started_cluster import StartedRayCluster  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 BASE = "warc-dolma/sample-0000.warc.gz"
@@ -328,6 +332,28 @@ def lose_node(inputs: list[str], folder: Path, body: str = "") -> dict:
     return {"out": out, "stats": result.get("stats"), "detail": detail}
 
 
+def lose_started_node(inputs: list[str], folder: Path, body: str = "") -> dict:
+    """`corpus run` on a three-node cluster started as a user starts one (`ray start`: a head and two worker nodes,
+    one CPU each; the job pointed at it by RAY_ADDRESS), one worker node SIGKILLed with its workers once two shards
+    are complete."""
+    import subprocess
+
+    out = folder / "lost-started-node"
+    job_file = write_job(folder, inputs, out, body)
+    with StartedRayCluster(cpus=1) as cluster:
+        nodes = [cluster.add_node(cpus=1) for _ in range(2)]
+        command = [sys.executable, "-m", "corpus.cli", "run", str(job_file)]
+        run = subprocess.Popen(command, env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _wait_for_shards(out, 2)
+        done_at_loss = len(list((out / "shards").glob("*.json")))
+        killed = cluster.stop_node(nodes[-1])
+        _, said = run.communicate(timeout=900)
+    stats = json.loads((out / "stats.json").read_text()) if run.returncode == 0 else None
+    detail = f"worker node killed ({killed} processes) with {done_at_loss} of {len(inputs)} shards done"
+    return {"out": out, "stats": stats, "exit_code": run.returncode, "killed": killed, "done_at_loss": done_at_loss,
+            "said": said[-3000:], "detail": detail}  # fmt: skip
+
+
 def fill_disk(inputs: list[str], folder: Path, body: str = "", size: str = "400k") -> dict:
     """The output on a `size` tmpfs: the run must fail cleanly; then the tmpfs grows and the run is repeated.
     Needs root to mount (`tried` is False otherwise)."""
@@ -394,6 +420,7 @@ def process_main(inputs: list[str], work: Path) -> None:
         ("SIGKILL of the driver, then a rerun", kill_driver),
         ("SIGKILL of a Ray worker mid-shard", kill_worker),
         ("a node lost mid-job (2-node Cluster)", lose_node),
+        ("a worker node lost (3 `ray start` nodes)", lose_started_node),
         ("output disk full, then room made", fill_disk),
     ):
         started = time.perf_counter()

@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import contextlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recipe_differences import explain_differences
+from started_cluster import StartedRayCluster
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CC_PAGES_PER_SNAPSHOT = 90_000 * 45_000  # one Common Crawl snapshot: ~90,000 WARCs of ~45,000 HTML pages
@@ -335,75 +334,6 @@ def datatrove_kept(output: Path) -> int:
     """Documents datatrove's filtering pipeline wrote (its last step's count)."""
     (stats,) = (output / "logs" / "filtering" / "stats").glob("*.json")
     return json.loads(stats.read_text())[-1]["stats"]["total"]
-
-
-class StartedRayCluster:
-    """A Ray cluster started with `ray start` (one CPU by default: this process's core), as a cluster runs jobs;
-    `env` points a job at it; `extra`: more `ray start` options. Stopped by its own processes (those of its
-    temporary folder), never `ray stop`."""
-
-    def __init__(self, cpus: int = 1, extra: tuple[str, ...] = ()):
-        self.cpus, self.extra = cpus, extra
-
-    def __enter__(self) -> StartedRayCluster:
-        import socket
-
-        self.temp = tempfile.mkdtemp(prefix="corpus-bench-ray-")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        env = dict(os.environ)  # a head started as the README starts one: no token needed on one machine
-        ray = str(Path(sys.executable).with_name("ray"))
-        command = [ray, "start", "--head", f"--num-cpus={self.cpus}", f"--port={port}", "--include-dashboard=false",
-                   *self.extra]  # fmt: skip
-        timed([*command, "--disable-usage-stats", f"--temp-dir={self.temp}"], env=env)
-        self.env = dict(env, RAY_ADDRESS=f"127.0.0.1:{port}")
-        return self
-
-    def settle(self, quiet_share: float = 0.02, limit_s: float = 120) -> None:
-        """Wait until the cluster's own processes use under `quiet_share` of a core: `ray start` returns, and a
-        first job ends, while its agents still boot on the task's core, which would bill a measured run."""
-        started = time.perf_counter()
-        before = self._cpu_seconds()
-        while time.perf_counter() - started < limit_s:
-            time.sleep(2)
-            now = self._cpu_seconds()
-            if now - before < quiet_share * 2:
-                return
-            before = now
-
-    def _cpu_seconds(self) -> float:
-        return sum(cpu for cpu in self._processes().values())
-
-    def _processes(self) -> dict[int, float]:
-        """This cluster's processes, with their CPU seconds so far: those whose command line names its temporary
-        folder and their descendants (Ray's agents rename themselves, `ray::DashboardAgent`)."""
-        children: dict[int, list[int]] = {}
-        cpu, pending = {}, []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                pid = int(stat.parent.name)
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                children.setdefault(int(fields[1]), []).append(pid)
-                cpu[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-                if self.temp in (stat.parent / "cmdline").read_bytes().decode(errors="replace"):
-                    pending.append(pid)
-            except (OSError, ValueError):
-                continue
-        ours: dict[int, float] = {}
-        while pending:
-            pid = pending.pop()
-            if pid not in ours:
-                ours[pid] = cpu[pid]
-                pending.extend(children.get(pid, []))
-        return ours
-
-    def __exit__(self, *exc) -> None:
-        for pid in self._processes():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(1)
-        subprocess.run(["rm", "-rf", self.temp], check=False)
 
 
 @dataclass

@@ -35,8 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fineweb_recipe import CC_PAGES_PER_SNAPSHOT, SHARED, StartedRayCluster, our_job  # beside this script
+from fineweb_recipe import CC_PAGES_PER_SNAPSHOT, SHARED, our_job  # beside this script
 from soak_crawl import Crawl, write_file
+from started_cluster import StartedRayCluster, process_table, with_descendants
 
 GIB = 2**30
 _CRAWL: Crawl | None = None
@@ -88,13 +89,6 @@ def _status(pid: int) -> dict[str, int]:
     return {key: int(value) * 1024 for key, value in re.findall(r"^(\w+):\s+(\d+) kB", text, re.MULTILINE)}
 
 
-def _command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.exists() else 0
 
@@ -109,11 +103,13 @@ class Sampler:
         self.worker_peaks: dict[int, int] = {}
 
     def sample(self) -> None:
+        """One sample; a worker's RSS includes the processes it started (the extractor's watchdog process)."""
+        children, _, commands = process_table()
         workers, store = {}, 0
-        for pid in self.cluster._processes():
-            command = _command(pid)
+        for pid in self.cluster.processes():
+            command = commands.get(pid, "")
             if command.startswith("ray::") and "Agent" not in command and "Dashboard" not in command:
-                workers[pid] = _status(pid).get("VmRSS", 0)
+                workers[pid] = sum(_status(one).get("VmRSS", 0) for one in with_descendants([pid], children))
             elif "raylet" in command.split(" ", 1)[0]:
                 store = _status(pid).get("RssShmem", 0)
         for pid, rss in workers.items():
@@ -182,8 +178,9 @@ def plot(samples: list[dict], pages_per_record: float, target: Path) -> None:
 
     t = np.array([row["seconds"] for row in samples]) / 60
     fig, (memory, speed) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for key, label in (("driver_rss", "driver RSS"), ("worker_rss_max", "largest worker RSS"),
-                       ("object_store", "object store (raylet shared)"), ("spilled", "spilled")):  # fmt: skip
+    lines = (("driver_rss", "driver RSS"), ("worker_rss_max", "largest worker RSS (with its extractor process)"),
+             ("object_store", "object store (raylet shared)"), ("spilled", "spilled"))  # fmt: skip
+    for key, label in lines:
         memory.plot(t, np.array([row[key] for row in samples]) / GIB, label=label)
     memory.axhline(1, color="grey", linestyle=":", linewidth=1)
     memory.axhline(2, color="grey", linestyle="--", linewidth=1)

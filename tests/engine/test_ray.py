@@ -93,53 +93,52 @@ def test_losing_a_node_mid_job_loses_and_doubles_no_shard(clean_run, tmp_path):
     assert shard_files(result["out"]) == shard_files(clean_out)  # each shard once, byte for byte
 
 
+def test_a_worker_node_of_a_started_three_node_cluster_lost_mid_run_loses_and_doubles_no_shard(clean_run, tmp_path):
+    """The cluster as a user deploys one: `ray start` on a head and two worker nodes, `corpus run` pointed at it by
+    RAY_ADDRESS; one worker node SIGKILLed (raylet, agents, workers) with the run half done."""
+    job, clean_stats, clean_out = clean_run
+    result = faults.lose_started_node(list(job.inputs), tmp_path)
+    assert result["exit_code"] == 0, result["said"]
+    assert 2 <= result["done_at_loss"] < len(job.inputs), "the node must be lost half-way"
+    assert result["killed"] >= 2  # its raylet and what runs under it
+    stats = result["stats"]
+    assert stats["runners"] and "3 nodes" in json.dumps(stats["runners"]), stats["runners"]
+    assert stats["shards"]["complete"] == len(job.inputs) and not stats["failed_shards"]
+    assert stats["totals"] == clean_stats["totals"]
+    assert shard_files(result["out"]) == shard_files(clean_out)  # each shard once, byte for byte
+    workers = {json.loads(p.read_text())["worker"] for p in (result["out"] / "shards").glob("*.json")}
+    assert len(workers) >= 2, f"shards should have run on several nodes, got {workers}"
+
+
 def test_a_run_without_ray_address_starts_its_own_cluster_not_one_left_on_the_machine(tmp_path):
     """`ray start` leaves a cluster (and its address in Ray's current-cluster file) that a bare `ray.init()` would
     join; a run starts its own local cluster instead, says so first, and the other cluster never sees it."""
     import os
-    import socket
     import subprocess
     import sys
-    import uuid
 
     current = Path("/tmp/ray/ray_current_cluster")  # where `ray start` records the cluster a bare init() joins
     saved = current.read_bytes() if current.exists() else None
-    # Every port of the other cluster chosen here, none left to Ray's defaults (52365) or its random picks: two
-    # clusters on one machine otherwise may pick the same agent port, which kills a raylet (ray#18053), a failure
-    # of the setup that came and went with the machine's load, never of what this test checks.
-    probes = [socket.socket() for _ in range(14)]
-    for probe in probes:
-        probe.bind(("127.0.0.1", 0))
-    port, *ports = (probe.getsockname()[1] for probe in probes)
-    for probe in probes:
-        probe.close()
-    components = ["node-manager", "object-manager", "dashboard-agent-grpc", "dashboard-agent-listen", "metrics-export",
-                  "runtime-env-agent"]  # fmt: skip
-    own_ports = [f"--{name}-port={number}" for name, number in zip(components, ports, strict=False)]
-    own_ports.append(f"--worker-port-list={','.join(map(str, ports[len(components) :]))}")
-    temp_dir = f"/tmp/raytmp_foreign_{uuid.uuid4().hex[:8]}"
     environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    start = ["ray", "start", "--head", f"--port={port}", *own_ports, "--num-cpus=1", "--include-dashboard=false"]
-    subprocess.run([*start, "--disable-usage-stats", f"--temp-dir={temp_dir}"], env=environment, check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
     try:
-        inputs = sample_in_two_shards(tmp_path)
-        job = write_job(tmp_path, inputs, tmp_path / "out", annotate={"rules": ["gopher_quality"]})
-        run = subprocess.run([sys.executable, "-m", "corpus.cli", "run", str(job)], env=environment,
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        first, second = run.stderr.splitlines()[:2]  # said before Ray's seconds of start-up, then where it runs
-        assert first.endswith("starting a local Ray cluster for this run (a few seconds)"), first
-        assert second.endswith(f"running on a local Ray cluster of this run's own ({os.cpu_count()} CPUs)"), second
-        noise = [line for line in run.stderr.splitlines() if not re.match(r"\[\d\d:\d\d:\d\d\] ", line)]
-        assert noise == []  # quiet: only the run's own progress lines, none of Ray's
-        check = "import ray; ray.init(address='127.0.0.1:%d', log_to_driver=False); print(len(ray.state.jobs()))"
-        token = {**environment, "RAY_AUTH_MODE": "token"}  # the token `ray start` made, as a second node needs it
-        jobs = subprocess.run([sys.executable, "-c", check % port], env=token, capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
-        assert jobs.stdout.strip() == "1", jobs.stderr  # only this check's own driver ever joined it
+        with faults.StartedRayCluster(cpus=1) as other:  # every port its own; stopped by its own processes
+            inputs = sample_in_two_shards(tmp_path)
+            job = write_job(tmp_path, inputs, tmp_path / "out", annotate={"rules": ["gopher_quality"]})
+            run = subprocess.run([sys.executable, "-m", "corpus.cli", "run", str(job)], env=environment,
+                                 capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            first, second = run.stderr.splitlines()[:2]  # said before Ray's seconds of start-up, then where it runs
+            assert first.endswith("starting a local Ray cluster for this run (a few seconds)"), first
+            assert second.endswith(f"running on a local Ray cluster of this run's own ({os.cpu_count()} CPUs)"), second
+            noise = [line for line in run.stderr.splitlines() if not re.match(r"\[\d\d:\d\d:\d\d\] ", line)]
+            assert noise == []  # quiet: only the run's own progress lines, none of Ray's
+            check = (
+                f"import ray; ray.init(address='{other.address}', log_to_driver=False); print(len(ray.state.jobs()))"
+            )
+            jobs = subprocess.run([sys.executable, "-c", check], env=other.env, capture_output=True, text=True,
+                                  timeout=120)  # fmt: skip
+            assert jobs.stdout.strip() == "1", jobs.stderr  # only this check's own driver ever joined it
     finally:
-        subprocess.run(["pkill", "-9", "-f", temp_dir], check=False)
         if saved is None:
             current.unlink(missing_ok=True)
         else:
