@@ -147,6 +147,62 @@ def run_soak(job: Path, work: Path, cpus: int, every: float) -> tuple[Sampler, f
     return sampler, seconds
 
 
+def _file_hashes(folder: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every documents and token file of a run."""
+    import hashlib
+
+    files = [path for sub in ("documents", "tokens") for path in sorted((folder / sub).rglob("*")) if path.is_file()]
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
+
+
+def _shards_done(run: Path) -> int:
+    return len(list((run / "shards").glob("*.json")))
+
+
+def _wait(condition, limit_s: float = 3600) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(1)
+
+
+def faults_at_scale(work: Path, warcs: list[Path], shared: Path, cpus: int) -> None:
+    """The job over the first WARCs (>= 100k pages) twice: uninterrupted, and with a Ray worker SIGKILLed mid-shard,
+    then the driver SIGKILLed, then the same command again. Prints whether the resumed run equals the other."""
+    import signal
+
+    folder = work / "faults"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    job = soak_job(folder, warcs, shared)
+    corpus = [str(Path(sys.executable).with_name("corpus")), "run", str(job)]
+    with StartedRayCluster(cpus) as cluster:
+        started = time.perf_counter()
+        subprocess.run(corpus, env=cluster.env, check=True, capture_output=True)
+        clean_seconds = time.perf_counter() - started
+        (folder / "run").rename(folder / "clean")
+        driver = subprocess.Popen(corpus, env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait(lambda: _shards_done(folder / "run") >= 1)
+        _, _, commands = process_table()
+        tasks = [pid for pid in cluster.processes() if commands.get(pid, "").startswith("ray::_ray_execute")]
+        for pid in tasks[:1]:
+            os.kill(pid, signal.SIGKILL)
+        _wait(lambda: _shards_done(folder / "run") >= 2)
+        done_at_kill = _shards_done(folder / "run")
+        driver.kill()
+        driver.wait()
+        rerun = subprocess.run(corpus, env=cluster.env, capture_output=True, text=True)
+    stats, clean = (json.loads((folder / name / "stats.json").read_text()) for name in ("run", "clean"))
+    same_totals = stats["totals"] == clean["totals"]
+    same_files = _file_hashes(folder / "run") == _file_hashes(folder / "clean")
+    pages = clean["stages"]["read"]["kept"]
+    print(f"\nfaults at scale: {len(warcs)} WARCs ({pages:,} HTML pages), uninterrupted in {clean_seconds:,.0f} s")
+    print(f"  a Ray worker SIGKILLed mid-shard ({len(tasks[:1])} killed), the driver SIGKILLed with {done_at_kill} "
+          f"shards done, the command run again: exit {rerun.returncode}, skipped "
+          f"{stats['shards']['skipped_complete']} complete shards")  # fmt: skip
+    print(f"  {'met   ' if same_totals else 'MISSED'}  totals equal to the uninterrupted run")
+    print(f"  {'met   ' if same_files else 'MISSED'}  documents and token shards byte-identical")
+
+
 def dedup_recall(run: Path, manifest: pa.Table) -> dict:
     """Of the planted copies whose original the rules kept: how many each dedup step dropped; and how many unique
     pages the rules kept were dropped as duplicates (none should be)."""
@@ -205,8 +261,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/corpus-soak"))
     parser.add_argument("--shared", type=Path, default=SHARED)
     parser.add_argument("--keep-crawl", action="store_true", help="keep the WARCs for another run")
+    parser.add_argument("--faults", type=int, default=0, metavar="N",
+                        help="instead of the soak: the faults at scale over the crawl's first N WARCs")  # fmt: skip
     args = parser.parse_args()
     warcs, manifest = generated_crawl(args.shared, args.work / "crawl", args.pages, args.files, args.cpus)
+    if args.faults:
+        faults_at_scale(args.work, warcs[: args.faults], args.shared, args.cpus)
+        return
     shutil.rmtree(args.work / "run", ignore_errors=True)
     shutil.rmtree(args.work / "spill", ignore_errors=True)
     job = soak_job(args.work, warcs, args.shared)

@@ -31,7 +31,7 @@ from corpus.config.keys import cache_key
 from corpus.engine.plan import Shard, documents_folder
 from corpus.engine.run_folder import RunFolder
 from corpus.engine.stores import store_refusal
-from corpus.memory import BATCH_MMAP_THRESHOLD, keep_freed_memory
+from corpus.memory import BATCH_MMAP_THRESHOLD, keep_freed_memory, release_freed_memory
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ def execute(options: Job, task: Task, context: Context | None = None) -> dict:
         report = {**registered(task.kind).function(options, task, context or Context()), "key": task.key}
     finally:
         gc.unfreeze()
+        release_freed_memory()
     report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # its process's
     folder.write_json(task.marker, report)
     return report
