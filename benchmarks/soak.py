@@ -241,7 +241,7 @@ def plot(samples: list[dict], pages_per_record: float, target: Path) -> None:
     memory.axhline(1, color="grey", linestyle=":", linewidth=1)
     memory.axhline(2, color="grey", linestyle="--", linewidth=1)
     memory.set_ylabel("GiB")
-    memory.legend(loc="upper left", fontsize=8)
+    memory.legend(loc="lower right", fontsize=8)
     records = np.array([row["records"] for row in samples], float)
     rate = np.gradient(records, t * 60) * pages_per_record if len(t) > 1 else np.zeros_like(t)
     speed.plot(t, rate, linewidth=0.8)
