@@ -148,10 +148,11 @@ def run_soak(job: Path, work: Path, cpus: int, every: float) -> tuple[Sampler, f
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every documents and token file of a run."""
+    """Relative path -> sha256 of every documents and token shard file of a run (Parquet: the data; a task's
+    marker and the manifest also say when they were made and the task's peak memory)."""
     import hashlib
 
-    files = [path for sub in ("documents", "tokens") for path in sorted((folder / sub).rglob("*")) if path.is_file()]
+    files = [path for sub in ("documents", "tokens") for path in sorted((folder / sub).rglob("*.parquet"))]
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
@@ -200,7 +201,8 @@ def faults_at_scale(work: Path, warcs: list[Path], shared: Path, cpus: int) -> N
           f"shards done, the command run again: exit {rerun.returncode}, skipped "
           f"{stats['shards']['skipped_complete']} complete shards")  # fmt: skip
     print(f"  {'met   ' if same_totals else 'MISSED'}  totals equal to the uninterrupted run")
-    print(f"  {'met   ' if same_files else 'MISSED'}  documents and token shards byte-identical")
+    print(f"  {'met   ' if same_files else 'MISSED'}  documents and token shards byte-identical "
+          f"({len(_file_hashes(folder / 'clean'))} Parquet files)")  # fmt: skip
 
 
 def dedup_recall(run: Path, manifest: pa.Table) -> dict:
