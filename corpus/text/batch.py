@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from numba import njit
 
 from corpus.text.characters import WORD_CHAR, character_classes, code_points, lower_case_table
-from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, folded_word_hashes
+from corpus.text.hashing import FNV_OFFSET, FNV_PRIME, folded_word_spans
 from corpus.text.languages import language_key
 from corpus.text.scripts import dominant_scripts
 from corpus.text.segmenters import SEGMENTERS
@@ -198,14 +198,21 @@ class DocumentBatch:
 
     @cached_property
     def folded_words(self) -> tuple[np.ndarray, np.ndarray]:
-        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.hashing.folded_word_hashes`;
+        """(CSR offsets, hash of each word) of the simple lower-cased split `corpus.text.hashing.folded_word_spans`;
         a document of a script written without spaces has its segmenter's words."""
-        offsets, hashes = folded_word_hashes(*self.code_points, self.marked)
+        return self.folded_word_spans[:2]
+
+    @cached_property
+    def folded_word_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`folded_words` with each word's start and end in `code_points` (where a match of words lies in a text)."""
+        offsets, hashes, starts, ends = folded_word_spans(*self.code_points, self.marked)
         segmented = [words for name, words in self.tokenized.items() if name in SEGMENTERS]
         if not segmented:
-            return offsets, hashes
-        documents, owners, starts, ends = (np.concatenate(column) for column in zip(*segmented, strict=True))
-        span_hashes, has_word = _span_hashes(self.code_points[0], starts, ends, lower_case_table(), character_classes())
+            return offsets, hashes, starts, ends
+        documents, owners, span_starts, span_ends = (np.concatenate(column) for column in zip(*segmented, strict=True))
+        span_hashes, has_word = _span_hashes(
+            self.code_points[0], span_starts, span_ends, lower_case_table(), character_classes()
+        )
         n_texts = len(self.texts)
         own = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(offsets))
         others = ~np.isin(own, documents)
@@ -213,6 +220,8 @@ class DocumentBatch:
             n_texts,
             np.concatenate((own[others], owners[has_word])),
             np.concatenate((hashes[others], span_hashes[has_word])),
+            np.concatenate((starts[others], span_starts[has_word])),
+            np.concatenate((ends[others], span_ends[has_word])),
         )
 
     @cached_property
@@ -266,7 +275,7 @@ class DocumentBatch:
 
 @njit(cache=True)
 def _span_hashes(points, starts, ends, lower, flags):
-    """FNV-1a of each span's lower-cased word characters (as `folded_word_hashes` hashes a word), and whether it
+    """FNV-1a of each span's lower-cased word characters (as `folded_word_spans` hashes a word), and whether it
     has one: spans without (punctuation) are left out, as that split leaves them."""
     out = np.empty(len(starts), np.uint64)
     has_word = np.zeros(len(starts), np.bool_)

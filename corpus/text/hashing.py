@@ -100,9 +100,12 @@ def find(table, bits, h1, h2):
 
 
 @njit(cache=True)
-def _folded_word_hashes(points, text_offsets, plain_flags, marked_flags, marked, lower):
+def _folded_word_spans(points, text_offsets, plain_flags, marked_flags, marked, lower):
     offsets = np.zeros(len(text_offsets), np.int64)
-    hashes = np.empty(len(points) // 2 + len(text_offsets), np.uint64)  # a run ends at a separator or a text end
+    most = len(points) // 2 + len(text_offsets)  # a run ends at a separator or a text end
+    hashes = np.empty(most, np.uint64)
+    starts = np.empty(most, np.int64)
+    ends = np.empty(most, np.int64)
     n = 0
     for t in range(len(text_offsets) - 1):
         flags = marked_flags if marked[t] else plain_flags
@@ -112,22 +115,24 @@ def _folded_word_hashes(points, text_offsets, plain_flags, marked_flags, marked,
                 i += 1
                 continue
             h = FNV_OFFSET
+            starts[n] = i
             while i < end and flags[points[i]] & WORD_CHAR:
                 h = (h ^ np.uint64(lower[points[i]])) * FNV_PRIME
                 i += 1
             hashes[n] = h
+            ends[n] = i
             n += 1
         offsets[t + 1] = n
-    return offsets, hashes[:n]
+    return offsets, hashes[:n], starts[:n], ends[:n]
 
 
-def folded_word_hashes(
+def folded_word_spans(
     points: np.ndarray, text_offsets: np.ndarray, marked: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(CSR offsets per text, FNV-1a hash of each word): words are runs of word characters (`\\w+`; with
-    combining marks for the `marked` texts), lower-cased code point by code point, so punctuation and spacing do
-    not matter. For rules and dedup that need no parity with another tokenizer."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(CSR offsets per text, FNV-1a hash of each word, its start and end in `points`): words are runs of word
+    characters (`\\w+`; with combining marks for the `marked` texts), lower-cased code point by code point, so
+    punctuation and spacing do not matter. For rules and dedup that need no parity with another tokenizer."""
     marked = marked_texts(marked, len(text_offsets) - 1)
     flags = character_classes()
     marked_flags = character_classes_with_marks() if marked.any() else flags
-    return _folded_word_hashes(points, text_offsets, flags, marked_flags, marked, lower_case_table())
+    return _folded_word_spans(points, text_offsets, flags, marked_flags, marked, lower_case_table())
