@@ -77,6 +77,8 @@ def report_command(args: argparse.Namespace) -> int:
         console.print(languages)
     for scores in data["scores"]:
         console.print(_scores_table(scores, "tokens" in units))
+    if data["contamination"]:
+        console.print(_contamination_table(data["contamination"]))
     rules = Table(title="rules: documents (words) dropped")
     early = bool(data["before_extraction"])  # those rules' drops are pages never extracted: no words
     for column in ("rule", *(["before extraction"] if early else []), "alone", "exclusively", "first"):
@@ -104,6 +106,16 @@ def _scores_table(scores: dict, with_tokens: bool) -> Table:
     for row in scores["rows"]:
         span = "" if row["low"] is None else f"{row['low']:.4g} – {row['high']:.4g}"
         table.add_row(row["part"], span, *(f"{row[name]:,}" for name in ("documents", "kept", *units)))
+    return table
+
+
+def _contamination_table(rows: list[dict]) -> Table:
+    """Per evaluation set found in the run: its items found, the documents holding them, and where."""
+    table = Table(title="contamination: evaluation sets whose items the run's documents hold")
+    for column in ("set", "items", "documents", "dropped", "domains with most"):
+        table.add_column(column, justify="left" if column in ("set", "domains with most") else "right")
+    for row in rows:
+        table.add_row(row["set"], *(f"{row[name]:,}" for name in ("items", "documents", "dropped")), row["domains"])
     return table
 
 

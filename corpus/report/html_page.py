@@ -69,6 +69,7 @@ SECTIONS = (
     ("funnel", "Funnel"),
     ("languages", "Languages"),
     ("scores", "Model scores"),
+    ("contamination", "Contamination"),
     ("rules", "Rules: what each drops"),
     ("overlap", "Overlap between rules"),
     ("dedup", "Dedup"),
@@ -79,9 +80,10 @@ SECTIONS = (
 )
 
 
-def _contents(with_dedup: bool, with_languages: bool, with_scores: bool) -> str:
+def _contents(with_dedup: bool, with_languages: bool, with_scores: bool, with_contamination: bool) -> str:
     """The page's sections as links: a report of a large run is tens of thousands of pixels long."""
-    shown = {"dedup": with_dedup, "languages": with_languages, "scores": with_scores}
+    shown = {"dedup": with_dedup, "languages": with_languages, "scores": with_scores,
+             "contamination": with_contamination}  # fmt: skip
     links = [f"<a href='#{key}'>{html.escape(name)}</a>" for key, name in SECTIONS if shown.get(key, True)]
     return f"<nav class=contents>{' · '.join(links)}</nav>"
 
@@ -125,6 +127,18 @@ def _scores_html(tables: list[dict], with_tokens: bool) -> str:
     return "".join(parts)
 
 
+def _contamination_html(rows: list[dict]) -> str:
+    """Per evaluation set found: items, documents holding them, those dropped, the domains with most."""
+    if not rows:
+        return ""
+    return (
+        "<h2 id=contamination>Contamination</h2><p>evaluation sets whose items share an n-gram with the run's "
+        "documents; `corpus inspect RUN decontamination` shows the matching spans.</p>"
+        + _table(["set", "items", "documents", "dropped", "domains with most"],
+                 [[r["set"], r["items"], r["documents"], r["dropped"], r["domains"]] for r in rows])
+    )  # fmt: skip
+
+
 def render_html(data: dict, figures: dict[str, str]) -> str:
     """The report as one HTML page, its figures embedded as data URIs."""
     title = f"corpus report · {data['job']}" + (" · hypothetical selection" if data["hypothetical"] else "")
@@ -136,7 +150,7 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>",
         f"<style>{STYLE}</style><script>{IMAGE_CHECK}</script></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(data['run'])}</p>",
-        _contents(bool(data["dedup"]), bool(data["languages"]), bool(data["scores"])),
+        _contents(bool(data["dedup"]), bool(data["languages"]), bool(data["scores"]), bool(data["contamination"])),
         "<h2 id=funnel>Funnel</h2>",
         _table(
             ["step", "documents", "words", *(["tokens"] if with_tokens else [])],
@@ -145,6 +159,7 @@ def render_html(data: dict, figures: dict[str, str]) -> str:
         f"<p>{html.escape(TOKENS_NOTE)}.</p>" if with_tokens else "",
         _languages_html(data["languages"]),
         _scores_html(data["scores"], with_tokens),
+        _contamination_html(data["contamination"]),
         "<h2 id=rules>Rules: what each drops</h2><p>alone: documents failing the rule, whatever else they fail;"
         " exclusively: failing no other rule; first: dropped by it first, in the job's order"
         + (

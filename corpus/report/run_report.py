@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from corpus.config.job import Job, resolve_rules
 from corpus.errors import JobError
+from corpus.report.contamination_report import contamination_columns, contamination_table
 from corpus.report.score_report import score_columns, score_tables
 from corpus.rulebook import load_once
 from corpus.stages.dedup import STEP_REASONS
@@ -79,7 +80,7 @@ def load_run(run_dir: str | Path, select_file: str | Path | None = None) -> RunV
         job = job.model_copy(update={"thresholds": thresholds})
     thresholds = run.thresholds(job)
     columns = [threshold.column for threshold in thresholds] + ([LANGUAGE_KEY] if run.keyed_by_language() else [])
-    columns = list(dict.fromkeys(columns + score_columns(job)))
+    columns = list(dict.fromkeys(columns + score_columns(job) + contamination_columns(job)))
     parts = []
     for shard_id in run.shard_ids:
         signals = run.signals(shard_id, columns)
@@ -284,6 +285,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         "funnel": funnel,
         "languages": _language_funnel(view, first_rule, amount),
         "scores": score_tables(docs, view.job),
+        "contamination": contamination_table(docs, view.job),
         "rules": rules,
         "failing": failing,
         "thresholds": {t.reason: t.value for t in view.thresholds},
