@@ -37,7 +37,12 @@ from corpus.config.job import Job, RayOptions
 from corpus.engine import RunFolder, Task
 from corpus.errors import JobError
 from corpus.lab.ablation_job import Ablation, ModelOptions, fixed_steps
-from corpus.lab.decontamination import contamination_removed, decontaminate, write_exclusions
+from corpus.lab.decontamination import (
+    contamination_kept,
+    contamination_removed,
+    decontaminate,
+    write_exclusions,
+)
 from corpus.lab.downstream import load_items, tokenize_task
 from corpus.lab.training_runs import (
     TrainingPlan,
@@ -240,6 +245,7 @@ def _select_variants(ablation: Ablation, folder: RunFolder, tokenizer_path: str,
             "tokens": manifest["tokens"],
             "modifiers": job.tokenize.modifiers,
             "contamination_removed": contamination_removed(selection, overlap, scored),
+            "contamination_kept": contamination_kept(selection, overlap, scored),
             "stats": f"variants/{name}/stats.json",
         }
     return selected, counts

