@@ -217,6 +217,20 @@ tokenizer = "{neox_tokenizer()}"
     return path
 
 
+def xxhash_encoding_text() -> None:
+    """datatrove 0.10 hands str to xxhash, which xxhash 4 refuses (3 encoded it as UTF-8): encode as 3 did."""
+    import xxhash
+
+    if not getattr(xxhash.xxh64_intdigest, "encodes_text", False):
+        xxh64 = xxhash.xxh64_intdigest
+
+        def encoding(data):
+            return xxh64(data.encode() if isinstance(data, str) else data)
+
+        encoding.encodes_text = True
+        xxhash.xxh64_intdigest = encoding
+
+
 def run_datatrove(source: Path, output: Path, extractor: str, shared: Path, explain: bool = False) -> None:
     """datatrove's FineWeb pipeline over `source` (run in its own process: `--datatrove-run`); `explain`: each
     filter also writes what it drops (`output/excluded/<filter>`), and only the filtering runs."""
@@ -271,11 +285,7 @@ def run_datatrove(source: Path, output: Path, extractor: str, shared: Path, expl
             best = max(pairs.items(), key=lambda pair: pair[1])
             return best, {lang: pairs.get(lang, 0.0) for lang in self.languages} if self.languages else pairs
 
-    import xxhash
-
-    # datatrove 0.10 hands str to xxhash, which xxhash 4 refuses (3 encoded it as UTF-8): encode as 3 did.
-    xxh64 = xxhash.xxh64_intdigest
-    xxhash.xxh64_intdigest = lambda data: xxh64(data.encode() if isinstance(data, str) else data)
+    xxhash_encoding_text()
     # datatrove asks for its `fasttext-numpy2-wheel` fork by name; the `fasttext` module corpus installs serves.
     LanguageFilter._requires_dependencies = ["fasttext", "fasteners"]
 
