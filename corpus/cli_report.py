@@ -112,10 +112,12 @@ def _scores_table(scores: dict, with_tokens: bool) -> Table:
 def _contamination_table(rows: list[dict]) -> Table:
     """Per evaluation set found in the run: its items found, the documents holding them, and where."""
     table = Table(title="contamination: evaluation sets whose items the run's documents hold")
-    for column in ("set", "items", "documents", "dropped", "domains with most"):
+    for column in ("set", "items found", "of", "too short", "documents", "dropped", "domains with most"):
         table.add_column(column, justify="left" if column in ("set", "domains with most") else "right")
     for row in rows:
-        table.add_row(row["set"], *(f"{row[name]:,}" for name in ("items", "documents", "dropped")), row["domains"])
+        counts = ("" if row[name] is None else f"{row[name]:,}" for name in
+                  ("items", "of", "too_short", "documents", "dropped"))  # fmt: skip
+        table.add_row(row["set"], *counts, row["domains"])
     return table
 
 

@@ -22,12 +22,29 @@ def contamination_columns(job) -> list[str]:
     return [f"{RULE}.{signal}" for signal in SIGNALS] if RULE in dict(job.rule_settings) else []
 
 
-def contamination_table(documents: pa.Table, job) -> list[dict]:
-    """Per evaluation set found, most documents first: {"set", "items", "documents", "dropped", "domains"};
-    `documents` is the report's table (with `kept` and `domain`). Items are counted from the ids each document
-    stores (its first 32), so a document matching more items adds only those."""
+def _set_sizes(rules: list) -> dict[str, tuple[int, int]]:
+    """Per evaluation set of the run's rule: (its items, those shorter than the n-gram, never looked for); {} where
+    its index cannot be made here (the evaluation files are gone)."""
+    from corpus.rules.decontamination import evaluation_index
+
+    rule = next((rule for rule in rules if rule.name == RULE), None)
+    try:
+        index = evaluation_index(rule.options)
+    except (OSError, ValueError):
+        return {}
+    sizes = np.bincount(np.asarray(index.item_sets), minlength=len(index.sets))
+    return {name: (int(sizes[s]), index.skipped[s]) for s, name in enumerate(index.sets)}
+
+
+def contamination_table(documents: pa.Table, job, rules: list) -> list[dict]:
+    """Per evaluation set found, most documents first: {"set", "items", "of", "too_short", "documents", "dropped",
+    "domains"}; `documents` is the report's table (with `kept` and `domain`), `rules` the run's rule objects.
+    Items found are counted from the ids each document stores (its first 32), so a document matching more items
+    adds only those; "of" and "too_short" are the set's items and those shorter than the n-gram (None where the
+    index cannot be made here)."""
     if not contamination_columns(job):
         return []
+    sizes = _set_sizes(rules)
     found = np.flatnonzero(documents.column(f"{RULE}.ngrams").fill_null(0).to_numpy() > 0)
     chosen = documents.take(pa.array(found, pa.int64()))
     items, docs, dropped, domains = defaultdict(set), Counter(), Counter(), defaultdict(Counter)
@@ -43,6 +60,8 @@ def contamination_table(documents: pa.Table, job) -> list[dict]:
         {
             "set": name,
             "items": len(items[name]),
+            "of": sizes.get(name, (None, None))[0],
+            "too_short": sizes.get(name, (None, None))[1],
             "documents": count,
             "dropped": dropped[name],
             "domains": ", ".join(f"{domain} ({n})" for domain, n in domains[name].most_common(TOP_DOMAINS)),

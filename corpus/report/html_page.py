@@ -133,9 +133,11 @@ def _contamination_html(rows: list[dict]) -> str:
         return ""
     return (
         "<h2 id=contamination>Contamination</h2><p>evaluation sets whose items share an n-gram with the run's "
-        "documents; `corpus inspect RUN decontamination` shows the matching spans.</p>"
-        + _table(["set", "items", "documents", "dropped", "domains with most"],
-                 [[r["set"], r["items"], r["documents"], r["dropped"], r["domains"]] for r in rows])
+        "documents (of: the set's items; too short: items with fewer words than the n-gram, not looked for); "
+        "`corpus inspect RUN --rule decontamination` shows the matching spans.</p>"
+        + _table(["set", "items found", "of", "too short", "documents", "dropped", "domains with most"],
+                 [[r["set"], r["items"], _blank(r["of"]), _blank(r["too_short"]), r["documents"], r["dropped"],
+                   r["domains"]] for r in rows])
     )  # fmt: skip
 
 

