@@ -374,10 +374,10 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
             run = RunFolder(options.output)
             runner = RayRunner(options)
             failed: dict[str, str] = {}
-            peak_task = [0]
+            peak_task, phases = [0], {}
             started = time.perf_counter()
             key = deduplicate(options, list(plan.shards), ["synthetic"] * len(plan.shards), total, "bench",
-                              PeakRecording(runner, peak_task), failed)  # fmt: skip
+                              PeakRecording(runner, peak_task, phases), failed)  # fmt: skip
             seconds = time.perf_counter() - started
             timings[total] = seconds
             if not key:
@@ -396,6 +396,8 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
                 f"{total / seconds:>10,.0f}{driver:>8.0f} MiB{peak_task[0]:>6} MiB{files:>7}{(~kept).mean():>9.1%}"
                 f"{(~kept[copies]).mean():>14.1%}{(~kept[~copies]).mean():>16.2%}"
             )
+            print("    phases (s): " + ", ".join(f"{kind.removeprefix('dedup_')} {seconds:.1f}" for kind, seconds in
+                                              phases.items()))  # fmt: skip
     ray.shutdown()
     print(
         f"{large:,} / {small:,} dedup time: {timings[large] / timings[small]:.1f}x (goal <= 11x at 10x the documents); "
@@ -407,16 +409,21 @@ def engine_section(docs, sizes: tuple[int, int]) -> None:
 
 
 class PeakRecording:
-    """A runner that passes tasks through and records the largest peak RSS its tasks report."""
+    """A runner that passes tasks through, records the largest peak RSS its tasks report, and the wall seconds of
+    each kind of task (a phase)."""
 
-    def __init__(self, runner, peak: list[int]):
-        self.runner, self.peak, self.name, self.cpus = runner, peak, runner.name, runner.cpus
+    def __init__(self, runner, peak: list[int], phases: dict[str, float]):
+        self.runner, self.peak, self.phases, self.name, self.cpus = runner, peak, phases, runner.name, runner.cpus
 
     def run(self, options, tasks):
+        started = time.perf_counter()
+        kinds = {task.kind for task in tasks}
         for task, report, error in self.runner.run(options, tasks):
             if report is not None:
                 self.peak[0] = max(self.peak[0], report.get("peak_rss_mib", 0))
             yield task, report, error
+        for kind in kinds:
+            self.phases[kind] = self.phases.get(kind, 0.0) + (time.perf_counter() - started) / len(kinds)
 
 
 def main() -> None:

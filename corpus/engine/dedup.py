@@ -1,9 +1,9 @@
 """The dedup steps as tasks over files, so no machine holds more than a partition.
 
-Per step: a shuffle (a task per shard writes its selected documents' keys into partition files), a forest per
-partition (union-find of the documents sharing a key), star rounds until the components are stars (connected
-components over files, Kiveris et al. 2014), labels, the document each component keeps, and each shard's
-decisions (`dedup/<step>/decisions/<shard>.parquet`). Partitions follow the data: one per
+Per step: a shuffle (a task per group of shards writes its selected documents' keys into partition files), a
+forest per partition (union-find of the documents sharing a key), star rounds until the components are stars
+(connected components over files, Kiveris et al. 2014), labels, the document each component keeps, and each
+shard's decisions (`dedup/<step>/decisions/<shard>.parquet`, written by its group's task). Partitions follow the data: one per
 `PARTITION_ROWS` shuffle rows unless `[dedup] partitions` says otherwise. Once a step is decided
 (`dedup/<step>/decided.json`), its shuffle files and the markers of its intermediate tasks are removed.
 """
@@ -92,14 +92,21 @@ def _edges_table(a: np.ndarray, b: np.ndarray) -> pa.Table:
     return pa.table({"a": np.concatenate([a, b]), "b": np.concatenate([b, a])}, schema=EDGES)
 
 
-@kind("dedup_shuffle")
-def shuffle_shard(job: Job, task: Task, context: Context) -> dict:
-    """A shard's selected documents (less those earlier steps dropped) as (band, key, document) rows, one file
-    per partition: `dedup/<step>/shuffle/<p>/<shard>.parquet`."""
-    step, partitions = _params(task)
-    shard = task.shard
+def _group_name(group: int) -> str:
+    return f"group-{group:05d}"
+
+
+def _group_shards(folder: RunFolder, task: Task) -> list[Shard]:
+    """The shards of a group task (ordinals in its `shards` parameter), with their ids from the plan."""
+    ids = planned_shard_ids(folder, task.param("plan"))
+    return [Shard(ordinal, ids[ordinal], "") for ordinal in map(int, task.param("shards").split(","))]
+
+
+def _shard_shuffle(job: Job, step: str, index: int, shard: Shard) -> tuple[pa.Table, int]:
+    """A shard's selected documents (less those earlier steps dropped) as (band, key, document) rows, and how
+    many documents those are."""
     columns = [STEP_KEYS[step], "date", *(["text"] if step == "url" else [])]
-    earlier = shard_decisions(job, shard.id, task.param("index"))
+    earlier = shard_decisions(job, shard.id, index)
     rows = np.setdiff1d(rule_kept_rows(job, shard.id), earlier["rows"][earlier["step"] >= 0])
     chosen = stored_signals(job, shard.id, columns).take(pa.array(rows, pa.int64()))
     lengths = (
@@ -112,9 +119,21 @@ def shuffle_shard(job: Job, task: Task, context: Context) -> dict:
         chosen.column("date").cast(pa.int64()).fill_null(0).to_numpy(),
         lengths,
     )
+    return shuffle, len(rows)
+
+
+@kind("dedup_shuffle")
+def shuffle_group(job: Job, task: Task, context: Context) -> dict:
+    """A group of shards' shuffle rows, one file per partition: `dedup/<step>/shuffle/<p>/group-<g>.parquet`.
+    Shards go in groups so that the files between the tasks number groups x partitions, not shards x partitions
+    (35,000 for 10M documents in 10,000-document shards, each a file write and a read)."""
+    step, partitions = _params(task)
+    folder = RunFolder(job.output)
+    parts = [_shard_shuffle(job, step, task.param("index"), shard) for shard in _group_shards(folder, task)]
+    shuffle = pa.concat_tables([SHUFFLE.empty_table(), *(table for table, _ in parts)])
     partition = partition_of(shuffle.column("key").to_numpy(), partitions)
-    _write_partitioned(RunFolder(job.output), dedup_path(step, "shuffle"), shard.id, shuffle, partition)
-    return {"id": shard.id, "documents": len(rows), "rows": shuffle.num_rows}
+    _write_partitioned(folder, dedup_path(step, "shuffle"), _group_name(task.param("group")), shuffle, partition)
+    return {"id": task.id, "documents": sum(n for _, n in parts), "rows": shuffle.num_rows}
 
 
 @kind("dedup_forest")
@@ -124,8 +143,8 @@ def partition_forest_task(job: Job, task: Task, context: Context) -> dict:
     folder = RunFolder(job.output)
     step, partitions = _params(task)
     p = task.param("partition")
-    shard_ids = planned_shard_ids(folder, task.param("plan"))
-    rows = _table(folder, dedup_path(step, "shuffle", str(p)), shard_ids, SHUFFLE)
+    groups = [_group_name(g) for g in range(task.param("groups"))]
+    rows = _table(folder, dedup_path(step, "shuffle", str(p)), groups, SHUFFLE)
     forest = partition_forest(rows, step)
     edges = _edges_table(*forest_edges(forest))
     _write_partitioned(
@@ -175,49 +194,54 @@ def label_partition(job: Job, task: Task, context: Context) -> dict:
 
 @kind("dedup_roots")
 def roots_partition(job: Job, task: Task, context: Context) -> dict:
-    """The components labelled into partition `q`: the document each keeps and its size, by the shard of each
-    document to `components/<shard>/<q>.parquet`."""
+    """The components labelled into partition `q`: the document each keeps and its size, by the group of the
+    shard of each document to `components/group-<g>/<q>.parquet`."""
     folder = RunFolder(job.output)
     step, partitions = _params(task)
     q = task.param("partition")
     labelled = _table(folder, dedup_path(step, "labels", str(q)), [str(p) for p in range(partitions)], LABELS)
     components = best_roots(labelled, step)
     ordinal = (components.column("ref").to_numpy() >> np.int64(32)).astype(np.int64)
-    shard_ids = planned_shard_ids(folder, task.param("plan"))
-    _write_partitioned(folder, dedup_path(step, "components"), str(q), components, ordinal, shard_ids)
+    groups = [_group_name(g) for g in range(task.param("groups"))]
+    _write_partitioned(folder, dedup_path(step, "components"), str(q), components,
+                       ordinal // task.param("group_span"), groups)  # fmt: skip
     return {"id": task.id, "components": int(len(sorted_unique(components.column("root").to_numpy())))}
 
 
 @kind("dedup_decide")
-def decide_shard(job: Job, task: Task, context: Context) -> dict:
-    """A shard's decisions of one step: each of its documents in a component (row, dropped or kept, the id of the
-    document kept, the size). With `verify_threshold`, a MinHash duplicate whose exact Jaccard with the kept
-    document is below it stays (LSH false positives, and documents joined only through a chain of others)."""
+def decide_group(job: Job, task: Task, context: Context) -> dict:
+    """A group's decisions of one step, a file per shard: each of its documents in a component (row, dropped or
+    kept, the id of the document kept, the size). With `verify_threshold`, a MinHash duplicate whose exact Jaccard
+    with the kept document is below it stays (LSH false positives, documents joined only through a chain)."""
     folder = RunFolder(job.output)
     step, partitions = _params(task)
-    shard = task.shard
     names = [str(p) for p in range(partitions)]
-    components = _table(folder, dedup_path(step, "components", shard.id), names, COMPONENTS)
-    refs, roots = components.column("ref").to_numpy(), components.column("root").to_numpy()
-    dropped = refs != roots
-    verify = job.dedup.minhash.verify_threshold
-    if step == "minhash" and verify is not None and dropped.any():
-        duplicates = np.flatnonzero(dropped)
-        shard_ids = planned_shard_ids(folder, task.param("plan"))
-        similarity = _jaccard_with_roots(job, shard.id, refs[duplicates], roots[duplicates], shard_ids)
-        dropped[duplicates[similarity < verify]] = False
-    decisions = pa.table(
-        {
-            "row": refs & np.int64(0xFFFFFFFF),
-            "dropped": dropped,
-            "cluster_id": components.column("root_id"),
-            "cluster_size": components.column("size"),
-        },
-        schema=DECISIONS,
-    )
-    with folder.parquet_writer(decisions_path(step, shard.id), DECISIONS) as writer:
-        writer.write(decisions)
-    return {"id": shard.id, "linked": decisions.num_rows, "dropped": int(dropped.sum())}
+    group = _table(folder, dedup_path(step, "components", _group_name(task.param("group"))), names, COMPONENTS)
+    owner = group.column("ref").to_numpy() >> np.int64(32)
+    linked = dropped_count = 0
+    for shard in _group_shards(folder, task):
+        components = group.filter(pa.array(owner == shard.ordinal))
+        refs, roots = components.column("ref").to_numpy(), components.column("root").to_numpy()
+        dropped = refs != roots
+        verify = job.dedup.minhash.verify_threshold
+        if step == "minhash" and verify is not None and dropped.any():
+            duplicates = np.flatnonzero(dropped)
+            shard_ids = planned_shard_ids(folder, task.param("plan"))
+            similarity = _jaccard_with_roots(job, shard.id, refs[duplicates], roots[duplicates], shard_ids)
+            dropped[duplicates[similarity < verify]] = False
+        decisions = pa.table(
+            {
+                "row": refs & np.int64(0xFFFFFFFF),
+                "dropped": dropped,
+                "cluster_id": components.column("root_id"),
+                "cluster_size": components.column("size"),
+            },
+            schema=DECISIONS,
+        )
+        with folder.parquet_writer(decisions_path(step, shard.id), DECISIONS) as writer:
+            writer.write(decisions)
+        linked, dropped_count = linked + decisions.num_rows, dropped_count + int(dropped.sum())
+    return {"id": task.id, "linked": linked, "dropped": dropped_count}
 
 
 def _jaccard_with_roots(job: Job, shard_id: str, refs: np.ndarray, roots: np.ndarray, shards: list[str]) -> np.ndarray:
@@ -305,8 +329,22 @@ def _run_step(job: Job, shards: list[Shard], key: str, base: tuple, partitions: 
             for q in range(partitions)
         ]  # fmt: skip
 
-    shuffles = [Task("dedup_shuffle", s.id, key, marker(dedup_path(step), s.id), s, base) for s in shards]
-    if phase(shuffles) is None:
+    span = shard_group_span(shards, partitions)
+    members: dict[int, list[int]] = {}
+    for shard in shards:
+        members.setdefault(shard.ordinal // span, []).append(shard.ordinal)
+    grouped = (("groups", max(members) + 1), ("group_span", span))
+    base = (*base, *grouped)
+
+    def group_tasks(name: str, label: str, directory: str) -> list[Task]:
+        """A task of kind `dedup_<name>` per group of shards, `<step>-<label>-<g>`."""
+        return [
+            Task(f"dedup_{name}", f"{step}-{label}-{g}", key, marker(directory, f"{label}-{g}"), None,
+                 (*base, ("group", g), ("shards", ",".join(map(str, ordinals)))))
+            for g, ordinals in sorted(members.items())
+        ]  # fmt: skip
+
+    if phase(group_tasks("shuffle", "shuffle", dedup_path(step))) is None:
         return False
     if phase(partition_tasks("forest", "forest")) is None:
         return False
@@ -325,8 +363,13 @@ def _run_step(job: Job, shards: list[Shard], key: str, base: tuple, partitions: 
         return False
     if phase(partition_tasks("roots", "roots")) is None:
         return False
-    decide = [Task("dedup_decide", s.id, key, marker(dedup_path(step, "decisions"), s.id), s, base) for s in shards]
-    return phase(decide) is not None
+    return phase(group_tasks("decide", "decide", dedup_path(step, "decisions"))) is not None
+
+
+def shard_group_span(shards: list[Shard], partitions: int) -> int:
+    """How many consecutive shard ordinals a dedup group covers: as many groups as partitions (so the files between
+    the tasks number about partitions squared), never fewer shards than one a group."""
+    return max(1, math.ceil((max(shard.ordinal for shard in shards) + 1) / partitions))
 
 
 def apply_task(job: Job, shard: Shard, dedup_key: str, select_key: str) -> Task:
