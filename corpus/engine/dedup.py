@@ -3,8 +3,8 @@
 Per step: a shuffle (a task per group of shards writes its selected documents' keys into partition files), a
 forest per partition (union-find of the documents sharing a key), star rounds until the components are stars
 (connected components over files, Kiveris et al. 2014), labels, the document each component keeps, and each
-shard's decisions (`dedup/<step>/decisions/<shard>.parquet`, written by its group's task). Partitions follow the data: one per
-`PARTITION_ROWS` shuffle rows unless `[dedup] partitions` says otherwise. Once a step is decided
+shard's decisions (`dedup/<step>/decisions/<shard>.parquet`, written by its group's task). Partitions follow
+the data: one per `PARTITION_ROWS` shuffle rows unless `[dedup] partitions` says otherwise. Once a step is decided
 (`dedup/<step>/decided.json`), its shuffle files and the markers of its intermediate tasks are removed.
 """
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus import installed_tasks_folder
 from corpus.errors import TaskError
-from corpus.rules.decontamination import installed_tasks_folder
 
 # The cloze formats, in order of preference: multiple-choice cloze, else a single gold continuation (LAMBADA).
 FORMATS = ("rc_0shot", "bpb_0shot")

@@ -244,8 +244,8 @@ def test_bad_job_exits_non_zero_without_writing(tmp_path, capsys):
 
 
 def test_shipped_job_files_are_valid():
+    from corpus import installed_tasks_folder
     from corpus.lab.ablation_job import load_ablation, validated_spec
-    from corpus.rules.decontamination import installed_tasks_folder
 
     for path in sorted((REPO / "jobs").glob("*.toml")):
         # Schema only: cc_main's inputs need the network, shared_pages' are made by benchmarks/ablation_shared.py.

@@ -26,11 +26,11 @@ from corpus.sample.generate import SAMPLE_PATH
 
 pytest.importorskip("torch", reason="ablations need the `ablation` extra (torch)")
 
+from corpus import installed_tasks_folder  # noqa: E402
 from corpus.lab.ablation import run_ablation, training_steps  # noqa: E402
 from corpus.lab.ablation_job import load_ablation  # noqa: E402
 from corpus.lab.noise import difference_interval  # noqa: E402
 from corpus.lab.verdicts import verdict_rows  # noqa: E402
-from corpus.rules.decontamination import installed_tasks_folder  # noqa: E402
 
 DOCUMENTS_JOB = """name = "documents"
 inputs = ["crawl.warc.gz"]

