@@ -107,6 +107,10 @@ class Rule:
     def offending_span(self, text: str, url: str | None) -> Span | None:
         return None
 
+    def changes_texts(self) -> bool:
+        """Whether `modify` can change a text with these settings; False spares the tokenize phase its pass."""
+        return self.modifies_text
+
     @classmethod
     def rewrites_text(cls) -> bool:
         """A modifier of the training text: per document (`modify`) or against the corpus (`modify_texts`)."""

@@ -319,6 +319,9 @@ class Decontamination(Rule):
                    "item_ids": ids}  # fmt: skip
         return signals, texts
 
+    def changes_texts(self) -> bool:
+        return self.options.remove != "document"  # a whole contaminated document is dropped by selection, not cut
+
     def _removal(self, text: str, matches, document: int) -> tuple[float, str]:
         """(share of characters removed, the text left) of a contaminated document."""
         matched = matches.texts[document]

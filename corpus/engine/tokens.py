@@ -59,7 +59,7 @@ def training_texts(job: Job, table: pa.Table, combined: dict) -> list[str]:
             texts = rule.modify_texts(texts, combined[rule.name]) or texts
     docs = DocumentBatch.from_table(table).with_texts(texts)
     for rule in document_rules(job):
-        if rule.modifies_text and applies(rule):
+        if rule.changes_texts() and applies(rule):
             docs = docs.with_texts(rule.modify(docs)[1])
     return docs.texts
 
